@@ -1,0 +1,156 @@
+// m2 inspect: what a model folder holds, without running it.
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "base/progress.h"
+#include "cli/commands.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace m2::cli {
+
+namespace {
+
+struct InspectOptions {
+  std::string model;
+  bool json = false;
+  bool verify = false;
+};
+
+// Layer index in "model.layers.N.*", or -1.
+int64_t LayerOf(const std::string& name) {
+  static const std::string prefix = "model.layers.";
+  if (name.rfind(prefix, 0) != 0) return -1;
+  return std::strtoll(name.c_str() + prefix.size(), nullptr, 10);
+}
+
+bool IsScale(const std::string& name) {
+  return name.size() > 17 && name.compare(name.size() - 17, 17, ".weight_scale_inv") == 0;
+}
+
+std::string Human(double v) {
+  const char* units[] = {"", "K", "M", "B", "T"};
+  int u = 0;
+  while (std::fabs(v) >= 1000 && u < 4) v /= 1000, ++u;
+  return fmt::format("{:.2f}{}", v, units[u]);
+}
+
+int Run(const InspectOptions& o) {
+  auto cfg = LoadModelConfig(o.model);
+  if (!cfg.ok()) return Fail(cfg.status());
+  std::unique_ptr<Progress> shard_progress;
+  auto store = TensorStore::Open(o.model, [&](size_t i, size_t n) {
+    if (!shard_progress) shard_progress = std::make_unique<Progress>("reading headers", n, "files", n > 1);
+    shard_progress->Update(i);
+  });
+  shard_progress.reset();
+  if (!store.ok()) return Fail(store.status());
+  // Binding the weights checks every tensor's name, dtype and shape against the config.
+  auto weights = LoadModelWeights(*cfg, **store);
+  if (!weights.ok()) return Fail(weights.status());
+
+  const ModelConfig& c = *cfg;
+  uint64_t total = 0, expert = 0, extra = 0;
+  std::map<std::string, uint64_t> bytes_by_dtype;
+  uint64_t total_bytes = 0;
+  for (const auto& name : (*store)->Names()) {
+    TensorView v = (*store)->Get(name).value();
+    bytes_by_dtype[std::string(DTypeName(v.dtype))] += v.nbytes;
+    total_bytes += v.nbytes;
+    if (IsScale(name)) continue;
+    const uint64_t numel = static_cast<uint64_t>(v.numel());
+    if (LayerOf(name) >= c.num_hidden_layers) {
+      extra += numel;  // reserved for MTP modules (released files: layers 62..64)
+      continue;
+    }
+    total += numel;
+    if (name.find(".experts.") != std::string::npos) expert += numel;
+  }
+  const uint64_t active = total - expert + expert * c.num_experts_per_tok / c.num_local_experts;
+
+  uint64_t nan_count = 0;
+  if (o.verify) {
+    Progress p("verifying tensor data", total_bytes, "bytes");
+    for (const auto& name : (*store)->Names()) {
+      TensorView v = (*store)->Get(name).value();
+      for (int64_t i = 0; i < v.numel(); ++i) {
+        float f = 0;
+        switch (v.dtype) {
+          case DType::kF32: f = v.as<float>()[i]; break;
+          case DType::kBF16: f = Bf16ToF32(v.as<uint16_t>()[i]); break;
+          case DType::kF16: f = F16ToF32(v.as<uint16_t>()[i]); break;
+          case DType::kF8E4M3: f = Fp8E4M3ToF32(v.data[i]); break;
+          default: break;
+        }
+        nan_count += !std::isfinite(f);
+      }
+      p.Advance(v.nbytes);
+    }
+  }
+
+  if (o.json) {
+    nlohmann::json j = {
+        {"architecture", c.architecture},
+        {"layers", c.num_hidden_layers},
+        {"hidden_size", c.hidden_size},
+        {"attention_heads", c.num_attention_heads},
+        {"kv_heads", c.num_key_value_heads},
+        {"head_dim", c.head_dim},
+        {"rotary_dim", c.rotary_dim},
+        {"experts", c.num_local_experts},
+        {"experts_per_token", c.num_experts_per_tok},
+        {"expert_width", c.intermediate_size},
+        {"vocab_size", c.vocab_size},
+        {"parameters_total", total},
+        {"parameters_active_per_token", active},
+        {"parameters_extra_layers", extra},
+        {"bytes_by_dtype", bytes_by_dtype},
+        {"files", (*store)->num_files()},
+        {"fp8", c.quant.enabled},
+        {"moe_layout", weights->moe_layout},
+    };
+    if (o.verify) j["non_finite_values"] = nan_count;
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("model          %s\n", o.model.c_str());
+  std::printf("architecture   %s (%s)\n", c.architecture.c_str(), c.model_type.c_str());
+  std::printf("layers         %lld, hidden %lld, vocab %lld\n", (long long)c.num_hidden_layers, (long long)c.hidden_size,
+              (long long)c.vocab_size);
+  std::printf("attention      %lld query heads, %lld kv heads (GQA %lld:1), head_dim %lld, rotary %lld, theta %g\n",
+              (long long)c.num_attention_heads, (long long)c.num_key_value_heads, (long long)c.kv_group(),
+              (long long)c.head_dim, (long long)c.rotary_dim, c.rope_theta);
+  std::printf("experts        %lld of width %lld, top-%lld, %s routing%s\n", (long long)c.num_local_experts,
+              (long long)c.intermediate_size, (long long)c.num_experts_per_tok, c.scoring_func.c_str(),
+              c.use_routing_bias ? " with selection bias" : "");
+  std::printf("moe layout     %s\n", weights->moe_layout.c_str());
+  std::printf("quantization   %s\n",
+              c.quant.enabled ? fmt::format("fp8 e4m3, {}x{} block scales", c.quant.block_out, c.quant.block_in).c_str()
+                              : "none");
+  std::printf("parameters     %s total, %s active per token (%llu / %llu)\n", Human(total).c_str(),
+              Human(active).c_str(), (unsigned long long)total, (unsigned long long)active);
+  if (extra) std::printf("extra layers   %s parameters past layer %lld (MTP, not used)\n", Human(extra).c_str(),
+                         (long long)c.num_hidden_layers - 1);
+  std::printf("files          %zu\n", (*store)->num_files());
+  for (const auto& [dt, b] : bytes_by_dtype)
+    std::printf("  %-8s     %.2f MiB\n", dt.c_str(), static_cast<double>(b) / (1 << 20));
+  if (o.verify) std::printf("non-finite     %llu values\n", (unsigned long long)nan_count);
+  return 0;
+}
+
+}  // namespace
+
+void AddInspect(CLI::App& app, Runner& run) {
+  auto o = std::make_shared<InspectOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "inspect", "Describe a model folder: architecture, parameter counts (total and active per token), bytes by dtype.");
+  cmd->add_option("-m,--model", o->model, "Model folder (config.json + safetensors)")->required();
+  cmd->add_flag("--json", o->json, "Print machine-readable JSON");
+  cmd->add_flag("--verify", o->verify, "Also read every tensor and count non-finite values (reads the whole model)");
+  cmd->callback([o, &run] { run = [o] { return Run(*o); }; });
+}
+
+}  // namespace m2::cli

@@ -1,0 +1,22 @@
+// m2: run MiniMax-M2 family models. `m2 --help` lists the subcommands.
+#include <cstdio>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "m2 - an inference engine for the MiniMax-M2 model family.\n"
+      "Point it at a model folder as published on Hugging Face (config.json + *.safetensors).\n"
+      "Run 'm2 <command> --help' for the options of one command."};
+  app.require_subcommand(1);
+  m2::cli::Runner run;
+  m2::cli::AddInspect(app, run);
+  m2::cli::AddGenerate(app, run);
+  m2::cli::AddLogits(app, run);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return run ? run() : 0;
+}

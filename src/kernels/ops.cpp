@@ -1,0 +1,50 @@
+#include "kernels/ops.h"
+
+#include <cmath>
+
+namespace m2 {
+
+void RmsNorm(const float* x, const float* w, int64_t n, double eps, float* out) {
+  double ss = 0.0;  // double: the statistic must not depend on the summation order
+  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+  for (int64_t i = 0; i < n; ++i) out[i] = w[i] * (x[i] * inv);
+}
+
+void RopeInvFreq(double theta, int64_t rotary_dim, float* inv_freq) {
+  // transformers: 1.0 / (base ** (arange(0, dim, 2, dtype=float32) / dim)), in fp32.
+  for (int64_t i = 0; i < rotary_dim / 2; ++i) {
+    const float e = static_cast<float>(2 * i) / static_cast<float>(rotary_dim);
+    const float p = static_cast<float>(std::pow(theta, static_cast<double>(e)));
+    inv_freq[i] = 1.0f / p;
+  }
+}
+
+void RopeNeox(float* head, int64_t rotary_dim, const float* inv_freq, int64_t pos) {
+  const int64_t half = rotary_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const float angle = static_cast<float>(pos) * inv_freq[i];  // fp32 product, as the reference
+    const float c = std::cos(angle), s = std::sin(angle);
+    const float a = head[i], b = head[i + half];
+    head[i] = a * c - b * s;
+    head[i + half] = b * c + a * s;
+  }
+}
+
+void SiluMul(float* g, const float* u, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+void Softmax(float* x, int64_t n) {
+  float m = x[0];
+  for (int64_t i = 1; i < n; ++i) m = std::fmax(m, x[i]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - m);
+    sum += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+}  // namespace m2

@@ -1,0 +1,25 @@
+// Element-wise and row-wise ops of the forward pass. fp32 throughout.
+#pragma once
+
+#include <cstdint>
+
+namespace m2 {
+
+// out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i], for one row of n values (may alias).
+void RmsNorm(const float* x, const float* w, int64_t n, double eps, float* out);
+
+// Inverse frequencies of RoPE: inv_freq[i] = theta^(-2i/rotary_dim), i < rotary_dim/2,
+// computed in fp32 as transformers does.
+void RopeInvFreq(double theta, int64_t rotary_dim, float* inv_freq);
+
+// NeoX ("rotate_half") RoPE on the first rotary_dim channels of one head vector:
+// channel i pairs with i + rotary_dim/2. Channels >= rotary_dim are untouched.
+void RopeNeox(float* head, int64_t rotary_dim, const float* inv_freq, int64_t pos);
+
+// silu(g) * u, element-wise into g.
+void SiluMul(float* g, const float* u, int64_t n);
+
+// In-place softmax of n values.
+void Softmax(float* x, int64_t n);
+
+}  // namespace m2

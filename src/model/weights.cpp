@@ -1,0 +1,130 @@
+#include "model/weights.h"
+
+#include <fmt/format.h>
+
+namespace m2 {
+
+namespace {
+
+Result<std::vector<float>> LoadVector(const TensorStore& store, const std::string& name, int64_t n) {
+  M2_ASSIGN_OR_RETURN(TensorView v, store.Get(name, {DType::kF32, DType::kBF16, DType::kF16}, {n}));
+  std::vector<float> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    switch (v.dtype) {
+      case DType::kF32: out[i] = v.as<float>()[i]; break;
+      case DType::kBF16: out[i] = Bf16ToF32(v.as<uint16_t>()[i]); break;
+      default: out[i] = F16ToF32(v.as<uint16_t>()[i]); break;
+    }
+  }
+  return out;
+}
+
+// `prefix`.weight [rows, cols], plus `prefix`.weight_scale_inv when it is fp8.
+Result<LinearWeight> LoadLinear(const ModelConfig& cfg, const TensorStore& store, const std::string& prefix,
+                                int64_t rows, int64_t cols, bool allow_fp8 = true) {
+  const std::string name = prefix + ".weight";
+  std::initializer_list<DType> plain = {DType::kF32, DType::kBF16, DType::kF16};
+  std::initializer_list<DType> any = {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3};
+  M2_ASSIGN_OR_RETURN(TensorView v, store.Get(name, allow_fp8 ? any : plain, {rows, cols}));
+  LinearWeight w;
+  w.dtype = v.dtype;
+  w.rows = rows;
+  w.cols = cols;
+  w.data = v.data;
+  if (v.dtype == DType::kF8E4M3) {
+    w.block_rows = cfg.quant.block_out;
+    w.block_cols = cfg.quant.block_in;
+    const std::string sname = prefix + ".weight_scale_inv";
+    if (!store.Has(sname))
+      return Error("tensor '{}' is F8_E4M3 but its block scales '{}' are missing", name, sname);
+    M2_ASSIGN_OR_RETURN(TensorView s, store.Get(sname, {DType::kF32}, {w.scale_rows(), w.scale_cols()}));
+    w.scale = s.as<float>();
+  }
+  return w;
+}
+
+// A [rows, cols] slice of a 3-D expert tensor [E, R, C] (transformers' fused layout).
+Result<LinearWeight> SliceExpert(const TensorView& t, const std::string& name, int64_t e, int64_t row0, int64_t rows) {
+  if (t.dtype == DType::kF8E4M3)
+    return Error("tensor '{}': fp8 is only supported in the per-expert layout (experts.E.w1/w2/w3)", name);
+  LinearWeight w;
+  w.dtype = t.dtype;
+  w.rows = rows;
+  w.cols = t.shape[2];
+  const size_t item = DTypeSize(t.dtype);
+  w.data = t.data + ((e * t.shape[1] + row0) * t.shape[2]) * item;
+  return w;
+}
+
+Result<MoeWeights> LoadMoe(const ModelConfig& cfg, const TensorStore& store, const std::string& layer) {
+  const int64_t E = cfg.num_local_experts, H = cfg.hidden_size, I = cfg.intermediate_size;
+  MoeWeights m;
+  const bool released = store.Has(layer + ".block_sparse_moe.gate.weight");
+  const std::string moe = layer + (released ? ".block_sparse_moe" : ".mlp");
+  if (!released && !store.Has(moe + ".gate.weight"))
+    return Error("router weight missing: expected '{}.block_sparse_moe.gate.weight' (released layout) or "
+                 "'{}.mlp.gate.weight' (transformers layout) in '{}'",
+                 layer, layer, store.source());
+  M2_ASSIGN_OR_RETURN(m.gate, LoadLinear(cfg, store, moe + ".gate", E, H, /*allow_fp8=*/false));
+  if (cfg.use_routing_bias) {
+    M2_ASSIGN_OR_RETURN(m.bias, LoadVector(store, moe + ".e_score_correction_bias", E));
+  }
+  m.experts.resize(static_cast<size_t>(E));
+  if (released) {
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string p = fmt::format("{}.experts.{}.", moe, e);
+      M2_ASSIGN_OR_RETURN(m.experts[e].w1, LoadLinear(cfg, store, p + "w1", I, H));
+      M2_ASSIGN_OR_RETURN(m.experts[e].w3, LoadLinear(cfg, store, p + "w3", I, H));
+      M2_ASSIGN_OR_RETURN(m.experts[e].w2, LoadLinear(cfg, store, p + "w2", H, I));
+    }
+  } else {
+    const std::string gu = moe + ".experts.gate_up_proj", dn = moe + ".experts.down_proj";
+    std::initializer_list<DType> plain = {DType::kF32, DType::kBF16, DType::kF16};
+    M2_ASSIGN_OR_RETURN(TensorView gate_up, store.Get(gu, plain, {E, 2 * I, H}));
+    M2_ASSIGN_OR_RETURN(TensorView down, store.Get(dn, plain, {E, H, I}));
+    for (int64_t e = 0; e < E; ++e) {
+      M2_ASSIGN_OR_RETURN(m.experts[e].w1, SliceExpert(gate_up, gu, e, 0, I));
+      M2_ASSIGN_OR_RETURN(m.experts[e].w3, SliceExpert(gate_up, gu, e, I, I));
+      M2_ASSIGN_OR_RETURN(m.experts[e].w2, SliceExpert(down, dn, e, 0, H));
+    }
+  }
+  return m;
+}
+
+}  // namespace
+
+Result<ModelWeights> LoadModelWeights(const ModelConfig& cfg, const TensorStore& store,
+                                      const std::function<void(int64_t, int64_t)>& on_layer) {
+  const int64_t H = cfg.hidden_size, V = cfg.vocab_size;
+  ModelWeights w;
+  M2_ASSIGN_OR_RETURN(w.embed, LoadLinear(cfg, store, "model.embed_tokens", V, H));
+  if (cfg.tie_word_embeddings) {
+    w.lm_head = w.embed;
+  } else {
+    M2_ASSIGN_OR_RETURN(w.lm_head, LoadLinear(cfg, store, "lm_head", V, H));
+  }
+  M2_ASSIGN_OR_RETURN(w.final_norm, LoadVector(store, "model.norm.weight", H));
+  w.layers.resize(static_cast<size_t>(cfg.num_hidden_layers));
+  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
+    const std::string p = fmt::format("model.layers.{}", l);
+    LayerWeights& L = w.layers[l];
+    M2_ASSIGN_OR_RETURN(L.input_norm, LoadVector(store, p + ".input_layernorm.weight", H));
+    M2_ASSIGN_OR_RETURN(L.post_attention_norm, LoadVector(store, p + ".post_attention_layernorm.weight", H));
+    const std::string a = p + ".self_attn";
+    M2_ASSIGN_OR_RETURN(L.attn.q, LoadLinear(cfg, store, a + ".q_proj", cfg.q_dim(), H));
+    M2_ASSIGN_OR_RETURN(L.attn.k, LoadLinear(cfg, store, a + ".k_proj", cfg.kv_dim(), H));
+    M2_ASSIGN_OR_RETURN(L.attn.v, LoadLinear(cfg, store, a + ".v_proj", cfg.kv_dim(), H));
+    M2_ASSIGN_OR_RETURN(L.attn.o, LoadLinear(cfg, store, a + ".o_proj", H, cfg.q_dim()));
+    if (cfg.use_qk_norm) {
+      M2_ASSIGN_OR_RETURN(L.attn.q_norm, LoadVector(store, a + ".q_norm.weight", cfg.q_dim()));
+      M2_ASSIGN_OR_RETURN(L.attn.k_norm, LoadVector(store, a + ".k_norm.weight", cfg.kv_dim()));
+    }
+    M2_ASSIGN_OR_RETURN(L.moe, LoadMoe(cfg, store, p));
+    if (on_layer) on_layer(l + 1, cfg.num_hidden_layers);
+  }
+  w.moe_layout = store.Has("model.layers.0.block_sparse_moe.gate.weight") ? "block_sparse_moe (released)"
+                                                                          : "mlp, fused experts (transformers)";
+  return w;
+}
+
+}  // namespace m2
