@@ -17,6 +17,8 @@ using Runner = std::function<int()>;
 void AddInspect(CLI::App& app, Runner& run);
 void AddGenerate(CLI::App& app, Runner& run);
 void AddLogits(CLI::App& app, Runner& run);
+void AddTokenize(CLI::App& app, Runner& run);    // tokenize + detokenize (cmd_tokenize.cpp)
+void AddChatTools(CLI::App& app, Runner& run);   // render + parse (cmd_chat_tools.cpp)
 
 // "1,2,3" or "1 2 3" -> ids; an error names the bad item.
 Result<std::vector<int32_t>> ParseIdList(const std::string& text);

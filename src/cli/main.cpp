@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
   m2::cli::AddInspect(app, run);
   m2::cli::AddGenerate(app, run);
   m2::cli::AddLogits(app, run);
+  m2::cli::AddTokenize(app, run);
+  m2::cli::AddChatTools(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
