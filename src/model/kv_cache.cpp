@@ -91,9 +91,17 @@ Status SequenceCache::Extend(int64_t new_length) {
     }
   }
   const int64_t need = (new_length + bt - 1) / bt;
+  const size_t had = blocks_.size();
   while (static_cast<int64_t>(blocks_.size()) < need) {
-    M2_ASSIGN_OR_RETURN(int32_t b, pool_->Allocate());
-    blocks_.push_back(b);
+    auto b = pool_->Allocate();
+    if (!b.ok()) {  // all or nothing: give back this call's new blocks
+      while (blocks_.size() > had) {
+        pool_->Release(blocks_.back());
+        blocks_.pop_back();
+      }
+      return b.status();
+    }
+    blocks_.push_back(*b);
   }
   length_ = new_length;
   return Status::Ok();

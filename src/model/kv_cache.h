@@ -77,6 +77,7 @@ class SequenceCache {
 
   int64_t length() const { return length_; }
   // Makes positions [length, new_length) writable and sets length = new_length.
+  // All or nothing: when the pool is full, the cache is left as it was.
   Status Extend(int64_t new_length);
   // Forgets positions >= new_length (new_length <= length). Fails on recurrent layers
   // unless new_length == length.

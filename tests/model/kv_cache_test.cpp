@@ -1,0 +1,91 @@
+#include <gtest/gtest.h>
+
+#include "model/kv_cache.h"
+
+namespace m2 {
+namespace {
+
+CacheLayout Layout() {
+  CacheLayout l;
+  l.block_tokens = 2;
+  l.layers = {{LayerCacheKind::kKeyValue, 1, 2, 0}, {LayerCacheKind::kKeyValue, 1, 2, 0}};
+  return l;
+}
+
+TEST(KvCacheTest, ExtendWritesAndReads) {
+  KvBlockPool pool(Layout());
+  SequenceCache c(&pool);
+  ASSERT_TRUE(c.Extend(3).ok());
+  EXPECT_EQ(c.block_table().size(), 2u);
+  for (int p = 0; p < 3; ++p) {
+    c.K(1, p)[0] = static_cast<float>(p);
+    c.V(1, p)[1] = static_cast<float>(10 + p);
+  }
+  for (int p = 0; p < 3; ++p) {
+    EXPECT_EQ(c.K(1, p)[0], p);
+    EXPECT_EQ(c.V(1, p)[1], 10 + p);
+    EXPECT_EQ(c.K(0, p)[0], 0.0f);  // layers do not overlap
+  }
+}
+
+TEST(KvCacheTest, ForkIsCopyOnWrite) {
+  KvBlockPool pool(Layout());
+  SequenceCache a(&pool);
+  ASSERT_TRUE(a.Extend(3).ok());
+  a.K(0, 2)[0] = 5.0f;
+  SequenceCache b = a.Fork();
+  EXPECT_EQ(pool.blocks_in_use(), 2);
+  EXPECT_EQ(pool.RefCount(a.block_table()[0]), 2);
+  ASSERT_TRUE(b.Extend(4).ok());  // writes into the shared half-full block: copied
+  EXPECT_EQ(pool.blocks_in_use(), 3);
+  EXPECT_NE(a.block_table()[1], b.block_table()[1]);
+  EXPECT_EQ(a.block_table()[0], b.block_table()[0]);
+  EXPECT_EQ(b.K(0, 2)[0], 5.0f);  // the copy kept the data
+  b.K(0, 3)[0] = 7.0f;
+  b.K(0, 2)[0] = 6.0f;
+  EXPECT_EQ(a.K(0, 2)[0], 5.0f);  // the original is untouched
+}
+
+TEST(KvCacheTest, TruncateReleasesBlocks) {
+  KvBlockPool pool(Layout());
+  {
+    SequenceCache a(&pool);
+    ASSERT_TRUE(a.Extend(5).ok());
+    EXPECT_EQ(pool.blocks_in_use(), 3);
+    ASSERT_TRUE(a.Truncate(2).ok());
+    EXPECT_EQ(a.length(), 2);
+    EXPECT_EQ(pool.blocks_in_use(), 1);
+    EXPECT_FALSE(a.Truncate(3).ok());
+    ASSERT_TRUE(a.Truncate(0).ok());
+    EXPECT_EQ(pool.blocks_in_use(), 0);
+    ASSERT_TRUE(a.Extend(1).ok());
+  }
+  EXPECT_EQ(pool.blocks_in_use(), 0);  // the destructor gave everything back
+}
+
+TEST(KvCacheTest, PoolLimitIsAnError) {
+  KvBlockPool pool(Layout(), /*max_blocks=*/1);
+  SequenceCache a(&pool);
+  ASSERT_TRUE(a.Extend(2).ok());
+  Status st = a.Extend(3);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("full"), std::string::npos);
+}
+
+TEST(KvCacheTest, RecurrentStateLayersHaveFixedStateAndForkCopiesIt) {
+  CacheLayout l;
+  l.block_tokens = 4;
+  l.layers = {{LayerCacheKind::kRecurrentState, 0, 0, 6}, {LayerCacheKind::kKeyValue, 2, 4, 0}};
+  KvBlockPool pool(l);
+  EXPECT_EQ(pool.block_floats(), 2 * 4 * 2 * 4);  // only the KV layer takes block space
+  SequenceCache a(&pool);
+  a.State(0)[5] = 3.0f;
+  ASSERT_TRUE(a.Extend(2).ok());
+  SequenceCache b = a.Fork();
+  b.State(0)[5] = 4.0f;
+  EXPECT_EQ(a.State(0)[5], 3.0f);
+  EXPECT_FALSE(a.Truncate(1).ok());  // a recurrent state cannot be rolled back
+}
+
+}  // namespace
+}  // namespace m2
