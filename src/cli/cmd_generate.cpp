@@ -58,6 +58,7 @@ int Run(const GenerateOptions& o) {
     if (!st.ok()) return Fail(st);
   }
   std::printf("\n");
+  std::fflush(stdout);
   const auto t2 = std::chrono::steady_clock::now();
   const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
   const double decode_s = std::chrono::duration<double>(t2 - t1).count();

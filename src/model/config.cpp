@@ -124,6 +124,9 @@ Result<ModelConfig> ParseModelConfig(const json& j) {
   Reader r(j);
 
   // Which model this is. Either field is enough; both must agree with MiniMax-M2.
+  if (!r.Has("architectures") && !r.Has("model_type"))
+    return Error("config has neither \"architectures\" nor \"model_type\"; expected a MiniMax-M2 config.json "
+                 "(architectures [\"MiniMaxM2ForCausalLM\"], model_type \"minimax_m2\")");
   if (const json* a = r.Find("architectures")) {
     if (!a->is_array() || a->empty() || !(*a)[0].is_string())
       return Error("config field \"architectures\": expected a list of class names, found {}", a->dump());

@@ -1,0 +1,62 @@
+// Element-wise ops against direct double-precision formulas.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/ops.h"
+
+namespace m2 {
+namespace {
+
+TEST(OpsTest, RmsNormMatchesFormula) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  const int n = 200;
+  std::vector<float> x(n), w(n), out(n);
+  for (int i = 0; i < n; ++i) x[i] = nd(rng), w[i] = 1.0f + 0.1f * nd(rng);
+  RmsNorm(x.data(), w.data(), n, 1e-6, out.data());
+  double ss = 0;
+  for (float v : x) ss += double(v) * v;
+  const double inv = 1.0 / std::sqrt(ss / n + 1e-6);
+  for (int i = 0; i < n; ++i) EXPECT_NEAR(out[i], w[i] * x[i] * inv, 4e-7 * std::fabs(w[i] * x[i] * inv) + 1e-12);
+  RmsNorm(x.data(), w.data(), n, 1e-6, x.data());  // in place
+  EXPECT_EQ(x, out);
+}
+
+TEST(OpsTest, RopeRotatesPairsHalfApartAndLeavesTheRest) {
+  const int head_dim = 16, rot = 8;
+  std::vector<float> inv(rot / 2);
+  RopeInvFreq(10000.0, rot, inv.data());
+  for (int i = 0; i < rot / 2; ++i) EXPECT_NEAR(inv[i], std::pow(10000.0, -2.0 * i / rot), 1e-7);
+  std::vector<float> h(head_dim);
+  for (int i = 0; i < head_dim; ++i) h[i] = static_cast<float>(i + 1);
+  const auto orig = h;
+  const int pos = 7;
+  RopeNeox(h.data(), rot, inv.data(), pos);
+  for (int i = 0; i < rot / 2; ++i) {
+    const double a = pos * double(inv[i]);
+    EXPECT_NEAR(h[i], orig[i] * std::cos(a) - orig[i + rot / 2] * std::sin(a), 1e-5);
+    EXPECT_NEAR(h[i + rot / 2], orig[i + rot / 2] * std::cos(a) + orig[i] * std::sin(a), 1e-5);
+  }
+  for (int i = rot; i < head_dim; ++i) EXPECT_EQ(h[i], orig[i]);
+  std::vector<float> z = orig;
+  RopeNeox(z.data(), rot, inv.data(), 0);  // position 0 is the identity
+  EXPECT_EQ(z, orig);
+}
+
+TEST(OpsTest, SoftmaxAndSilu) {
+  std::vector<float> x = {1000.0f, 999.0f, -5.0f};  // large values: no overflow
+  Softmax(x.data(), 3);
+  EXPECT_NEAR(x[0], 1 / (1 + std::exp(-1.0)), 1e-6);
+  EXPECT_NEAR(x[0] + x[1] + x[2], 1.0, 1e-6);
+  std::vector<float> g = {-2.0f, 0.0f, 3.0f}, u = {1.0f, 2.0f, 0.5f};
+  SiluMul(g.data(), u.data(), 3);
+  EXPECT_NEAR(g[0], -2.0 / (1 + std::exp(2.0)), 1e-6);
+  EXPECT_EQ(g[1], 0.0f);
+  EXPECT_NEAR(g[2], 0.5 * 3.0 / (1 + std::exp(-3.0)), 1e-6);
+}
+
+}  // namespace
+}  // namespace m2
