@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "io/json_file.h"
 #include "io/safetensors.h"
 #include "st_builder.h"
 
@@ -105,6 +106,22 @@ TEST(SafetensorsTest, OpenNamesTheFile) {
   EXPECT_NE(f.status().message().find("truncated.safetensors"), std::string::npos);
   EXPECT_FALSE(SafetensorsFile::Open(::testing::TempDir() + "/missing.safetensors").ok());
   EXPECT_FALSE(SafetensorsFile::Open(::testing::TempDir()).ok());  // a directory
+}
+
+}  // namespace
+}  // namespace m2::testing
+
+namespace m2::testing {
+namespace {
+
+// Found by fuzz/fuzz_model_config: nlohmann throws on a number that overflows a double
+// even in its non-throwing mode.
+TEST(JsonTest, NumberOverflowIsAnErrorNotAnException) {
+  auto j = ParseJson(R"({"rms_norm_eps": 1e706})", "config");
+  ASSERT_FALSE(j.ok());
+  EXPECT_NE(j.status().message().find("not valid JSON"), std::string::npos) << j.status().message();
+  auto h = ParseSafetensorsHeader(MakeSafetensors(R"({"a":{"dtype":"F32","shape":[1e999],"data_offsets":[0,4]}})", 4));
+  EXPECT_FALSE(h.ok());
 }
 
 }  // namespace
