@@ -1,47 +1,122 @@
 #include "kernels/linear.h"
 
+#include <cstring>
+#include <vector>
+
 #include "base/check.h"
+#include "base/cpu.h"
+#include "base/dtype.h"
+#include "base/thread_pool.h"
+#include "kernels/dot.h"
 
 namespace m2 {
 
-void Linear(const LinearWeight& w, const float* x, int64_t n, float* y) {
-  M2_CHECK(w.valid(), "Linear on an empty weight");
-  switch (w.dtype) {
-    case DType::kF32: return LinearF32(w, x, n, y);
-    case DType::kBF16: return LinearBf16(w, x, n, y);
-    case DType::kF16: return LinearF16(w, x, n, y);
-    case DType::kF8E4M3: return LinearFp8Block(w, x, n, y);
-    default: M2_CHECK(false, "no Linear kernel for dtype {}", DTypeName(w.dtype));
+const char* WeightFormatName(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kF32: return "f32";
+    case WeightFormat::kBF16: return "bf16";
+    case WeightFormat::kF16: return "f16";
+    case WeightFormat::kFp8Block: return "fp8-block";
+    case WeightFormat::kQ8: return "q8";
+    case WeightFormat::kQ4: return "q4";
   }
+  return "?";
+}
+
+int64_t LinearWeight::bytes() const {
+  const int64_t n = rows * cols;
+  switch (format) {
+    case WeightFormat::kF32: return 4 * n;
+    case WeightFormat::kBF16:
+    case WeightFormat::kF16: return 2 * n;
+    case WeightFormat::kFp8Block: return n + 4 * scale_rows() * scale_cols();
+    case WeightFormat::kQ8: return n + 2 * rows * scale_cols();
+    case WeightFormat::kQ4: return n / 2 + 2 * rows * scale_cols();
+  }
+  return 0;
 }
 
 void DequantizeRow(const LinearWeight& w, int64_t row, float* out) {
   M2_CHECK(row >= 0 && row < w.rows, "row {} of {}", row, w.rows);
   const int64_t c = w.cols;
-  switch (w.dtype) {
-    case DType::kF32: {
-      const float* p = static_cast<const float*>(w.data) + row * c;
-      for (int64_t j = 0; j < c; ++j) out[j] = p[j];
+  switch (w.format) {
+    case WeightFormat::kF32: {
+      std::memcpy(out, static_cast<const float*>(w.data) + row * c, static_cast<size_t>(c) * sizeof(float));
       return;
     }
-    case DType::kBF16: {
+    case WeightFormat::kBF16: {
       const uint16_t* p = static_cast<const uint16_t*>(w.data) + row * c;
       for (int64_t j = 0; j < c; ++j) out[j] = Bf16ToF32(p[j]);
       return;
     }
-    case DType::kF16: {
+    case WeightFormat::kF16: {
       const uint16_t* p = static_cast<const uint16_t*>(w.data) + row * c;
       for (int64_t j = 0; j < c; ++j) out[j] = F16ToF32(p[j]);
       return;
     }
-    case DType::kF8E4M3: {
+    case WeightFormat::kFp8Block: {
       const uint8_t* p = static_cast<const uint8_t*>(w.data) + row * c;
-      const float* s = w.scale + (row / w.block_rows) * w.scale_cols();
+      const float* s = static_cast<const float*>(w.scale) + (row / w.block_rows) * w.scale_cols();
       for (int64_t j = 0; j < c; ++j) out[j] = Fp8E4M3ToF32(p[j]) * s[j / w.block_cols];
       return;
     }
-    default: M2_CHECK(false, "no dequantization for dtype {}", DTypeName(w.dtype));
+    case WeightFormat::kQ8: {
+      const int8_t* p = static_cast<const int8_t*>(w.data) + row * c;
+      const uint16_t* s = static_cast<const uint16_t*>(w.scale) + row * (c / kQuantGroup);
+      for (int64_t j = 0; j < c; ++j) out[j] = static_cast<float>(p[j]) * F16ToF32(s[j / kQuantGroup]);
+      return;
+    }
+    case WeightFormat::kQ4: {
+      const uint8_t* p = static_cast<const uint8_t*>(w.data) + row * (c / 2);
+      const uint16_t* s = static_cast<const uint16_t*>(w.scale) + row * (c / kQuantGroup);
+      for (int64_t j = 0; j < c; ++j) {
+        const int64_t g = j / kQuantGroup, within = j % kQuantGroup;
+        const uint8_t byte = p[g * 16 + within % 16];
+        const int u = within < 16 ? (byte & 0xf) : (byte >> 4);
+        out[j] = static_cast<float>(u - 8) * F16ToF32(s[g]);
+      }
+      return;
+    }
   }
+  M2_CHECK(false, "unknown weight format");
+}
+
+void LinearReference(const LinearWeight& w, const float* x, int64_t n, float* y) {
+  thread_local std::vector<float> row;
+  row.resize(static_cast<size_t>(w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) {
+    DequantizeRow(w, r, row.data());
+    for (int64_t t = 0; t < n; ++t) y[t * w.rows + r] = detail::Dot(row.data(), x + t * w.cols, w.cols);
+  }
+}
+
+namespace {
+// Reference kernel restricted to rows [r0, r1) (the portable path under threads).
+void ReferenceRows(const LinearWeight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1) {
+  thread_local std::vector<float> row;
+  row.resize(static_cast<size_t>(w.cols));
+  for (int64_t r = r0; r < r1; ++r) {
+    DequantizeRow(w, r, row.data());
+    for (int64_t t = 0; t < n; ++t) y[t * w.rows + r] = detail::Dot(row.data(), x + t * w.cols, w.cols);
+  }
+}
+}  // namespace
+
+void Linear(const LinearWeight& w, const float* x, int64_t n, float* y) {
+  M2_CHECK(w.valid(), "Linear on an empty weight");
+  const KernelIsa isa = ActiveIsa();
+  // Rows per chunk: whole 32-row panels for the prefill kernel; for decode, enough rows
+  // that a thread's share is worth waking it for.
+  const int64_t grain = n > 4 ? 32 : 16;
+  const bool parallel = w.rows * w.cols * std::max<int64_t>(n, 1) >= (1 << 16);
+  const auto body = [&](int64_t r0, int64_t r1, int) {
+    bool done = false;
+    if (isa == KernelIsa::kAvx512) done = LinearRowsAvx512(w, x, n, y, r0, r1);
+    else if (isa == KernelIsa::kAvx2) done = LinearRowsAvx2(w, x, n, y, r0, r1);
+    if (!done) ReferenceRows(w, x, n, y, r0, r1);
+  };
+  if (parallel) ThreadPool::Global().ParallelFor(w.rows, grain, body);
+  else body(0, w.rows, 0);
 }
 
 }  // namespace m2

@@ -1,43 +1,66 @@
 // The matmul seam: every linear layer of the model goes through Linear(), which picks
-// the kernel for the weight's stored dtype. Weights are used where they lie (a mapped
-// checkpoint) without conversion. Faster kernels replace the per-dtype functions in
-// linear_<dtype>.cpp without touching model code.
+// the kernel for the weight's format and the CPU (AVX-512, AVX2 or portable), and
+// spreads the rows over the thread pool. Weights are used where they lie (a mapped
+// checkpoint) without conversion.
 #pragma once
 
 #include <cstdint>
 
-#include "base/dtype.h"
-
 namespace m2 {
 
-// A weight matrix W [rows = out_features, cols = in_features], row-major, in its
-// stored dtype. For F8_E4M3, `scale` holds one fp32 per [block_rows x block_cols]
-// block, laid out [ceil(rows/block_rows), ceil(cols/block_cols)]; edge blocks are
-// partial. Despite the checkpoint's name (weight_scale_inv) the scale multiplies:
-// W[i, j] = fp8(Wq[i, j]) * scale[i / block_rows, j / block_cols].
+enum class WeightFormat : uint8_t {
+  kF32,
+  kBF16,
+  kF16,
+  kFp8Block,  // float8_e4m3fn, one fp32 scale per [block_rows x block_cols] block
+  kQ8,        // int8, one f16 scale per 32 consecutive columns of a row (m2 quantize)
+  kQ4,        // 4-bit, one f16 scale per 32 columns; see kQ4 layout below (m2 quantize)
+};
+const char* WeightFormatName(WeightFormat f);
+
+// Columns per scale in kQ8 / kQ4.
+inline constexpr int64_t kQuantGroup = 32;
+
+// A weight matrix W [rows = out_features, cols = in_features], row-major.
+//  kFp8Block: `scale` is fp32 [ceil(rows/block_rows), ceil(cols/block_cols)]; edge blocks
+//    are partial. Despite the checkpoint's name (weight_scale_inv) the scale multiplies:
+//    W[i, j] = fp8(Wq[i, j]) * scale[i / block_rows, j / block_cols].
+//  kQ8: data int8 [rows, cols], scale f16 [rows, cols/32]; W[i, j] = q[i, j] * s[i, j/32].
+//  kQ4: data uint8 [rows, cols/2], scale f16 [rows, cols/32]. Group g of row i is 16
+//    bytes; byte b holds column 32g+b in its low nibble and column 32g+16+b in its high
+//    nibble, each an unsigned value u with W = (u - 8) * s[i, g]. (Low and high halves
+//    unpack straight into SIMD lanes.)
+//  kQ8 / kQ4 need cols % 32 == 0.
 struct LinearWeight {
-  DType dtype = DType::kF32;
+  WeightFormat format = WeightFormat::kF32;
   int64_t rows = 0, cols = 0;
   const void* data = nullptr;
-  const float* scale = nullptr;
+  const void* scale = nullptr;
   int64_t block_rows = 128, block_cols = 128;
 
-  int64_t scale_cols() const { return (cols + block_cols - 1) / block_cols; }
-  int64_t scale_rows() const { return (rows + block_rows - 1) / block_rows; }
+  int64_t scale_cols() const {
+    return format == WeightFormat::kFp8Block ? (cols + block_cols - 1) / block_cols : cols / kQuantGroup;
+  }
+  int64_t scale_rows() const { return format == WeightFormat::kFp8Block ? (rows + block_rows - 1) / block_rows : rows; }
   bool valid() const { return data != nullptr && rows > 0 && cols > 0; }
+  // Bytes of weights (and scales) one pass over the matrix reads.
+  int64_t bytes() const;
 };
 
-// y[n, rows] = x[n, cols] * W^T, fp32 activations and accumulation.
-// PRECONDITIONS: x holds n*cols floats, y has room for n*rows; they do not alias.
+// y[n, rows] = x[n, cols] * W^T, fp32 activations and accumulation, on the global
+// thread pool. PRECONDITIONS: x holds n*cols floats, y room for n*rows; no aliasing.
 void Linear(const LinearWeight& w, const float* x, int64_t n, float* y);
+
+// The portable reference for every format, on the calling thread only: each row is
+// dequantized to fp32, then dotted with every token. Tests compare the SIMD kernels to it.
+void LinearReference(const LinearWeight& w, const float* x, int64_t n, float* y);
 
 // Row `row` of W, dequantized to fp32: out[cols]. Used for embedding lookups.
 void DequantizeRow(const LinearWeight& w, int64_t row, float* out);
 
-// Per-dtype kernels behind Linear(); each lives in its own translation unit.
-void LinearF32(const LinearWeight& w, const float* x, int64_t n, float* y);
-void LinearBf16(const LinearWeight& w, const float* x, int64_t n, float* y);
-void LinearF16(const LinearWeight& w, const float* x, int64_t n, float* y);
-void LinearFp8Block(const LinearWeight& w, const float* x, int64_t n, float* y);
+// The SIMD kernels behind Linear() (linear_avx512.cpp, linear_avx2.cpp): rows [r0, r1).
+// Return false if they cannot handle this weight (then the reference is used).
+bool LinearRowsAvx512(const LinearWeight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1);
+bool LinearRowsAvx2(const LinearWeight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1);
 
 }  // namespace m2

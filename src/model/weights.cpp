@@ -6,6 +6,15 @@ namespace m2 {
 
 namespace {
 
+WeightFormat FormatOf(DType t) {
+  switch (t) {
+    case DType::kBF16: return WeightFormat::kBF16;
+    case DType::kF16: return WeightFormat::kF16;
+    case DType::kF8E4M3: return WeightFormat::kFp8Block;
+    default: return WeightFormat::kF32;
+  }
+}
+
 Result<std::vector<float>> LoadVector(const TensorStore& store, const std::string& name, int64_t n) {
   M2_ASSIGN_OR_RETURN(TensorView v, store.Get(name, {DType::kF32, DType::kBF16, DType::kF16}, {n}));
   std::vector<float> out(static_cast<size_t>(n));
@@ -27,7 +36,7 @@ Result<LinearWeight> LoadLinear(const ModelConfig& cfg, const TensorStore& store
   std::initializer_list<DType> any = {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3};
   M2_ASSIGN_OR_RETURN(TensorView v, store.Get(name, allow_fp8 ? any : plain, {rows, cols}));
   LinearWeight w;
-  w.dtype = v.dtype;
+  w.format = FormatOf(v.dtype);
   w.rows = rows;
   w.cols = cols;
   w.data = v.data;
@@ -48,7 +57,7 @@ Result<LinearWeight> SliceExpert(const TensorView& t, const std::string& name, i
   if (t.dtype == DType::kF8E4M3)
     return Error("tensor '{}': fp8 is only supported in the per-expert layout (experts.E.w1/w2/w3)", name);
   LinearWeight w;
-  w.dtype = t.dtype;
+  w.format = FormatOf(t.dtype);
   w.rows = rows;
   w.cols = t.shape[2];
   const size_t item = DTypeSize(t.dtype);

@@ -1,0 +1,49 @@
+// A persistent pool of worker threads for the forward pass. ParallelFor splits an index
+// range into one contiguous chunk per thread (the caller's thread takes chunk 0), so a
+// kernel sees each weight row exactly once and no work is queued or allocated per call.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace m2 {
+
+class ThreadPool {
+ public:
+  // `threads` counts the calling thread; 0 means one per available core.
+  explicit ThreadPool(int threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // fn(begin, end, thread) over [0, n) in size() chunks aligned to `grain`; returns when
+  // all are done. Not re-entrant: fn must not call ParallelFor on the same pool.
+  void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn);
+
+  // The process-wide pool used by the kernels (sized by SetGlobalThreads or the cores).
+  static ThreadPool& Global();
+  static void SetGlobalThreads(int threads);
+
+ private:
+  void WorkerLoop(int index);
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable start_cv_, done_cv_;
+  const std::function<void(int64_t, int64_t, int)>* job_ = nullptr;
+  int64_t n_ = 0, grain_ = 1;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+};
+
+// Cores this process may run on.
+int AvailableCores();
+
+}  // namespace m2

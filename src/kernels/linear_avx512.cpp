@@ -1,0 +1,11 @@
+// AVX-512 build of the SIMD Linear kernels (compiled with -mavx512f -mavx512bw -mavx512vl
+// -mfma -mf16c; only called when the CPU has them, see base/cpu.h).
+#define M2_SIMD_WIDTH 16
+#define M2_SIMD_NS avx512
+#include "kernels/linear_simd.inc"
+
+namespace m2 {
+bool LinearRowsAvx512(const LinearWeight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1) {
+  return avx512::LinearRows(w, x, n, y, r0, r1);
+}
+}  // namespace m2
