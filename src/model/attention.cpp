@@ -6,7 +6,8 @@
 #include <cmath>
 #include <fmt/format.h>
 
-#include "kernels/dot.h"
+#include "base/thread_pool.h"
+#include "kernels/attention.h"
 #include "kernels/linear.h"
 #include "kernels/ops.h"
 #include "model/layers.h"
@@ -48,30 +49,45 @@ void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t
     std::copy_n(&s.v[t * kvd], kvd, slots[t].cache->V(layer, slots[t].pos));
   }
 
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  // Block pointers of every sequence in the batch, for this layer.
+  s.seq_caches.clear();
+  s.seq_first_block.clear();
+  s.k_blocks.clear();
+  s.v_blocks.clear();
+  s.token_seq.resize(static_cast<size_t>(n));
   for (int64_t t = 0; t < n; ++t) {
-    SequenceCache& c = *slots[t].cache;
-    const int64_t len = slots[t].pos + 1;  // causal: positions 0..pos
-    s.scores.resize(static_cast<size_t>(group * len));
-    // Scores for the `group` query heads sharing KV head g, one K load per position.
-    for (int64_t g = 0; g < KV; ++g) {
-      for (int64_t j = 0; j < len; ++j) {
-        const float* kj = c.K(layer, j) + g * D;
-        for (int64_t r = 0; r < group; ++r)
-          s.scores[r * len + j] = detail::Dot(&s.q[t * qd + (g * group + r) * D], kj, D) * scale;
-      }
-      for (int64_t r = 0; r < group; ++r) Softmax(&s.scores[r * len], len);
-      for (int64_t r = 0; r < group; ++r) {
-        float* o = &s.attn[t * qd + (g * group + r) * D];
-        std::fill_n(o, D, 0.0f);
-        for (int64_t j = 0; j < len; ++j) {
-          const float p = s.scores[r * len + j];
-          const float* vj = c.V(layer, j) + g * D;
-          for (int64_t d = 0; d < D; ++d) o[d] += p * vj[d];
-        }
+    SequenceCache* c = slots[t].cache;
+    size_t idx = 0;
+    while (idx < s.seq_caches.size() && s.seq_caches[idx] != c) ++idx;
+    if (idx == s.seq_caches.size()) {
+      s.seq_caches.push_back(c);
+      s.seq_first_block.push_back(static_cast<int64_t>(s.k_blocks.size()));
+      for (size_t b = 0; b < c->block_table().size(); ++b) {
+        s.k_blocks.push_back(c->KBlock(layer, b));
+        s.v_blocks.push_back(c->VBlock(layer, b));
       }
     }
+    s.token_seq[t] = static_cast<int32_t>(idx);
   }
+
+  // One work item per (token, KV head): the `group` query heads sharing that KV head.
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  ThreadPool::Global().ParallelFor(n * KV, 1, [&](int64_t i0, int64_t i1, int) {
+    thread_local std::vector<float> scores;
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t t = i / KV, g = i % KV;
+      const int64_t first = s.seq_first_block[s.token_seq[t]];
+      KvHeadView kv;
+      kv.k_blocks = &s.k_blocks[first];
+      kv.v_blocks = &s.v_blocks[first];
+      kv.head_offset = g * D;
+      kv.block_tokens = slots[t].cache->block_tokens();
+      kv.row_stride = kvd;
+      kv.length = slots[t].pos + 1;  // causal: positions 0..pos of its own sequence
+      if (scores.size() < static_cast<size_t>(group * kv.length)) scores.resize(static_cast<size_t>(group * kv.length));
+      AttendGroup(&s.q[t * qd + g * group * D], group, D, kv, scale, scores.data(), &s.attn[t * qd + g * group * D]);
+    }
+  });
   if (trace) trace->Record(name("attn_heads"), s.attn.data(), {n, H, D});
   Linear(w.o, s.attn.data(), n, out);  // [n, hidden]
 }

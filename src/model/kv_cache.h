@@ -88,6 +88,10 @@ class SequenceCache {
   // K / V of position `pos` (< length): [kv_heads, head_dim].
   float* K(int64_t layer, int64_t pos);
   float* V(int64_t layer, int64_t pos);
+  // K / V of `layer` in the i-th block of this sequence: [block_tokens, kv_heads, head_dim].
+  const float* KBlock(int64_t layer, size_t i) const { return pool_->K(blocks_[i], layer); }
+  const float* VBlock(int64_t layer, size_t i) const { return pool_->V(blocks_[i], layer); }
+  int64_t block_tokens() const { return pool_->block_tokens(); }
   // The fixed-size state of a recurrent layer.
   float* State(int64_t layer) { return states_[layer].data(); }
 

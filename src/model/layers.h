@@ -21,7 +21,16 @@ struct TokenSlot {
 struct Scratch {
   std::vector<float> q, k, v, attn, scores;
   std::vector<float> router, gathered, gate, up, down;
-  std::vector<int32_t> token_list;
+  // Attention: per-sequence block pointers for the current layer.
+  std::vector<SequenceCache*> seq_caches;
+  std::vector<int64_t> seq_first_block;
+  std::vector<const float*> k_blocks, v_blocks;
+  std::vector<int32_t> token_seq;
+  // MoE routing.
+  std::vector<int32_t> chosen;
+  std::vector<float> weight, score, biased;
+  std::vector<int32_t> order;
+  std::vector<std::vector<int32_t>> by_expert;
 };
 
 // out[n, hidden] = self-attention of x[n, hidden] (already normed). Writes this

@@ -24,10 +24,16 @@ void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int64_t layer, cons
   if (trace) trace->Record(fmt::format("layers.{}.router_logits", layer), s.router.data(), {n, E});
 
   // Selection per token: chosen[t*K + j] = expert, weight[t*K + j] = its weight.
-  std::vector<int32_t> chosen(static_cast<size_t>(n * K));
-  std::vector<float> weight(static_cast<size_t>(n * K));
-  std::vector<float> score(static_cast<size_t>(E)), biased(static_cast<size_t>(E));
-  std::vector<int32_t> order(static_cast<size_t>(E));
+  auto& chosen = s.chosen;
+  auto& weight = s.weight;
+  auto& score = s.score;
+  auto& biased = s.biased;
+  auto& order = s.order;
+  chosen.resize(static_cast<size_t>(n * K));
+  weight.resize(static_cast<size_t>(n * K));
+  score.resize(static_cast<size_t>(E));
+  biased.resize(static_cast<size_t>(E));
+  order.resize(static_cast<size_t>(E));
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t e = 0; e < E; ++e) {
       score[e] = 1.0f / (1.0f + std::exp(-s.router[t * E + e]));
@@ -48,7 +54,9 @@ void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int64_t layer, cons
 
   std::fill_n(out, n * Hd, 0.0f);
   // Group the (token, slot) pairs by expert; each used expert runs once on its tokens.
-  std::vector<std::vector<int32_t>> by_expert(static_cast<size_t>(E));
+  auto& by_expert = s.by_expert;
+  by_expert.resize(static_cast<size_t>(E));
+  for (auto& v : by_expert) v.clear();  // keeps capacity: no allocation once warm
   for (int64_t i = 0; i < n * K; ++i) by_expert[chosen[i]].push_back(static_cast<int32_t>(i));
   for (int64_t e = 0; e < E; ++e) {
     const auto& pairs = by_expert[e];
