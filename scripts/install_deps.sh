@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(
   cmake ninja-build g++ pkg-config          # build
-  nlohmann-json3-dev libfmt-dev libcli11-dev libpcre2-dev   # libraries
+  nlohmann-json3-dev libfmt-dev libcli11-dev libpcre2-dev libicu-dev   # libraries
   libgtest-dev libgmock-dev                 # tests
   clang libclang-rt-14-dev                  # libFuzzer + sanitizer runtimes for scripts/fuzz.sh
 )
