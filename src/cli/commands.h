@@ -19,6 +19,8 @@ void AddGenerate(CLI::App& app, Runner& run);
 void AddLogits(CLI::App& app, Runner& run);
 void AddTokenize(CLI::App& app, Runner& run);    // tokenize + detokenize (cmd_tokenize.cpp)
 void AddChatTools(CLI::App& app, Runner& run);   // render + parse (cmd_chat_tools.cpp)
+void AddBench(CLI::App& app, Runner& run);
+void AddMakeBenchModel(CLI::App& app, Runner& run);
 
 // "1,2,3" or "1 2 3" -> ids; an error names the bad item.
 Result<std::vector<int32_t>> ParseIdList(const std::string& text);

@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   m2::cli::AddLogits(app, run);
   m2::cli::AddTokenize(app, run);
   m2::cli::AddChatTools(app, run);
+  m2::cli::AddBench(app, run);
+  m2::cli::AddMakeBenchModel(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -174,3 +174,53 @@ Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsTe
 }
 
 }  // namespace m2
+
+namespace m2 {
+
+Status WriteSafetensorsStreaming(const std::string& path, const std::vector<SafetensorsTensorSpec>& tensors,
+                                 const std::map<std::string, std::string>& metadata,
+                                 const std::function<void(size_t, uint64_t, uint8_t*, size_t)>& fill,
+                                 const std::function<void(uint64_t)>& on_bytes) {
+  json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  std::vector<uint64_t> sizes;
+  for (const auto& t : tensors) {
+    uint64_t numel = 1;
+    for (int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
+    const uint64_t bytes = numel * DTypeSize(t.dtype);
+    if (offset % DTypeSize(t.dtype) != 0)
+      return Error("tensor '{}' would start at offset {}, not aligned to its {}-byte elements", t.name, offset,
+                   DTypeSize(t.dtype));
+    header[t.name] = {{"dtype", std::string(DTypeName(t.dtype))},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + bytes}}};
+    sizes.push_back(bytes);
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  while ((8 + text.size()) % 8 != 0) text.push_back(' ');
+  FILE* out = std::fopen(path.c_str(), "wb");
+  if (out == nullptr) return Error("cannot create '{}': {}", path, std::strerror(errno));
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
+  bool ok = std::fwrite(len, 1, 8, out) == 8 && std::fwrite(text.data(), 1, text.size(), out) == text.size();
+  constexpr size_t kChunk = 8u << 20;
+  std::vector<uint8_t> buf(kChunk);
+  uint64_t written = 0;
+  for (size_t i = 0; ok && i < tensors.size(); ++i) {
+    for (uint64_t done = 0; ok && done < sizes[i];) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kChunk, sizes[i] - done));
+      fill(i, done, buf.data(), n);
+      ok = std::fwrite(buf.data(), 1, n, out) == n;
+      done += n;
+      written += n;
+      if (on_bytes) on_bytes(written);
+    }
+  }
+  ok = (std::fclose(out) == 0) && ok;
+  if (!ok) return Error("error while writing '{}' (disk full?)", path);
+  return Status::Ok();
+}
+
+}  // namespace m2

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -63,6 +64,20 @@ struct SafetensorsTensorOut {
   std::vector<int64_t> shape;
   const void* data;
 };
+
+// Tensors too large to hold in memory: the header is written first, then `fill` is asked
+// for each tensor's bytes in pieces of at most `chunk` bytes (offset = bytes already
+// written of that tensor). `on_bytes` reports progress. Tensors are written in the order
+// given; the caller orders them so each is aligned to its element size.
+struct SafetensorsTensorSpec {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+};
+Status WriteSafetensorsStreaming(const std::string& path, const std::vector<SafetensorsTensorSpec>& tensors,
+                                 const std::map<std::string, std::string>& metadata,
+                                 const std::function<void(size_t tensor, uint64_t offset, uint8_t* buf, size_t n)>& fill,
+                                 const std::function<void(uint64_t bytes)>& on_bytes = {});
 
 // Writes a safetensors file (header padded with spaces so the data starts 8-aligned).
 Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsTensorOut>& tensors,

@@ -105,17 +105,36 @@ void ReferenceRows(const LinearWeight& w, const float* x, int64_t n, float* y, i
 void Linear(const LinearWeight& w, const float* x, int64_t n, float* y) {
   M2_CHECK(w.valid(), "Linear on an empty weight");
   const KernelIsa isa = ActiveIsa();
-  // Rows per chunk: whole 32-row panels for the prefill kernel; for decode, enough rows
-  // that a thread's share is worth waking it for.
-  const int64_t grain = n > 4 ? 32 : 16;
   const bool parallel = w.rows * w.cols * std::max<int64_t>(n, 1) >= (1 << 16);
+  ThreadPool& pool = ThreadPool::Global();
+  if (n > 4 && isa != KernelIsa::kPortable && (w.format != WeightFormat::kFp8Block || w.block_cols % 16 == 0)) {
+    // Prefill: tokens in chunks whose transposed copy stays in L2 while every row
+    // panel streams past it. Each chunk is transposed once, by this thread.
+    constexpr int64_t kChunk = 128;
+    thread_local std::vector<float> xt;
+    for (int64_t t0 = 0; t0 < n; t0 += kChunk) {
+      const int64_t nt = std::min(kChunk, n - t0), ntp = (nt + 15) / 16 * 16;
+      xt.assign(static_cast<size_t>(w.cols * ntp), 0.0f);
+      for (int64_t t = 0; t < nt; ++t)
+        for (int64_t k = 0; k < w.cols; ++k) xt[k * ntp + t] = x[(t0 + t) * w.cols + k];
+      float* yc = y + t0 * w.rows;
+      const float* xtp = xt.data();  // a thread_local named in the lambda would be the worker's own
+      const auto body = [&, xtp](int64_t r0, int64_t r1, int) {
+        if (isa == KernelIsa::kAvx512) GemmRowsTransposedAvx512(w, xtp, ntp, nt, yc, r0, r1);
+        else GemmRowsTransposedAvx2(w, xtp, ntp, nt, yc, r0, r1);
+      };
+      if (parallel) pool.ParallelFor(w.rows, 24, body);  // 24: whole panels of 12 (AVX-512) and 6 (AVX2) rows
+      else body(0, w.rows, 0);
+    }
+    return;
+  }
   const auto body = [&](int64_t r0, int64_t r1, int) {
     bool done = false;
     if (isa == KernelIsa::kAvx512) done = LinearRowsAvx512(w, x, n, y, r0, r1);
     else if (isa == KernelIsa::kAvx2) done = LinearRowsAvx2(w, x, n, y, r0, r1);
     if (!done) ReferenceRows(w, x, n, y, r0, r1);
   };
-  if (parallel) ThreadPool::Global().ParallelFor(w.rows, grain, body);
+  if (parallel) pool.ParallelFor(w.rows, 16, body);
   else body(0, w.rows, 0);
 }
 

@@ -63,4 +63,11 @@ void DequantizeRow(const LinearWeight& w, int64_t row, float* out);
 bool LinearRowsAvx512(const LinearWeight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1);
 bool LinearRowsAvx2(const LinearWeight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1);
 
+// Prefill kernels on tokens already transposed: xt [cols][ntp], ntp a multiple of 16
+// (zero padded past n). Rows [r0, r1).
+bool GemmRowsTransposedAvx512(const LinearWeight& w, const float* xt, int64_t ntp, int64_t n, float* y, int64_t r0,
+                              int64_t r1);
+bool GemmRowsTransposedAvx2(const LinearWeight& w, const float* xt, int64_t ntp, int64_t n, float* y, int64_t r0,
+                            int64_t r1);
+
 }  // namespace m2

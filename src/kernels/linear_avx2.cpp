@@ -9,3 +9,10 @@ bool LinearRowsAvx2(const LinearWeight& w, const float* x, int64_t n, float* y, 
   return avx2::LinearRows(w, x, n, y, r0, r1);
 }
 }  // namespace m2
+
+namespace m2 {
+bool GemmRowsTransposedAvx2(const LinearWeight& w, const float* xt, int64_t ntp, int64_t n, float* y, int64_t r0,
+                            int64_t r1) {
+  return avx2::GemmRowsTransposed(w, xt, ntp, n, y, r0, r1);
+}
+}  // namespace m2

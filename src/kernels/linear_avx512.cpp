@@ -9,3 +9,10 @@ bool LinearRowsAvx512(const LinearWeight& w, const float* x, int64_t n, float* y
   return avx512::LinearRows(w, x, n, y, r0, r1);
 }
 }  // namespace m2
+
+namespace m2 {
+bool GemmRowsTransposedAvx512(const LinearWeight& w, const float* xt, int64_t ntp, int64_t n, float* y, int64_t r0,
+                            int64_t r1) {
+  return avx512::GemmRowsTransposed(w, xt, ntp, n, y, r0, r1);
+}
+}  // namespace m2

@@ -48,3 +48,37 @@ void Softmax(float* x, int64_t n) {
 }
 
 }  // namespace m2
+
+#include "base/cpu.h"
+#include "kernels/probe.h"
+
+namespace m2 {
+
+double ReadAll(const float* p, int64_t n) {
+  switch (ActiveIsa()) {
+    case KernelIsa::kAvx512: return ReadAllAvx512(p, n);
+    case KernelIsa::kAvx2: return ReadAllAvx2(p, n);
+    default: {
+      double s = 0;
+      for (int64_t i = 0; i < n; ++i) s += p[i];
+      return s;
+    }
+  }
+}
+
+double FmaBurst(int64_t iters) {
+  switch (ActiveIsa()) {
+    case KernelIsa::kAvx512: return FmaBurstAvx512(iters);
+    case KernelIsa::kAvx2: return FmaBurstAvx2(iters);
+    default: {
+      float a[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+      for (int64_t it = 0; it < iters; ++it)
+        for (float& v : a) v = v * 0.999999f + 1e-7f;
+      volatile float sink = a[0] + a[7];
+      (void)sink;
+      return 16.0 * static_cast<double>(iters);
+    }
+  }
+}
+
+}  // namespace m2

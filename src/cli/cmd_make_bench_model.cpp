@@ -1,0 +1,162 @@
+// m2 make-bench-model: a random-weight "M2 slice" with the real MiniMax-M2 per-layer
+// dimensions (hidden 3072, 48 query / 8 KV heads of 128, rotary 64, experts of width
+// 1536 with top-8, vocab 200064) in the released FP8 layout, but few layers and experts
+// so it fits a small machine. For `m2 bench`; made on demand, never committed.
+#include <cstdio>
+#include <filesystem>
+#include <cstring>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "base/dtype.h"
+#include "base/progress.h"
+#include "cli/commands.h"
+#include "io/safetensors.h"
+
+namespace m2::cli {
+
+namespace {
+
+struct MakeOptions {
+  std::string out;
+  int layers = 4;
+  int experts = 64;
+  int top_k = 8;
+  uint64_t seed = 1;
+};
+
+uint64_t SplitMix(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+int Run(const MakeOptions& o) {
+  namespace fs = std::filesystem;
+  const int64_t H = 3072, V = 200064, Hq = 48, KVh = 8, D = 128, I = 1536, E = o.experts;
+  if (o.top_k > o.experts) return Fail(Error("--top-k {} is larger than --experts {}", o.top_k, o.experts));
+  std::error_code ec;
+  fs::create_directories(o.out, ec);
+  if (ec) return Fail(Error("cannot create '{}': {}", o.out, ec.message()));
+
+  nlohmann::json cfg = {
+      {"architectures", {"MiniMaxM2ForCausalLM"}}, {"model_type", "minimax_m2"}, {"hidden_size", H},
+      {"intermediate_size", I}, {"num_hidden_layers", o.layers}, {"num_attention_heads", Hq},
+      {"num_key_value_heads", KVh}, {"head_dim", D}, {"rotary_dim", 64}, {"partial_rotary_factor", 0.5},
+      {"rope_theta", 5000000}, {"num_local_experts", E}, {"num_experts_per_tok", o.top_k},
+      {"scoring_func", "sigmoid"}, {"use_routing_bias", true}, {"use_qk_norm", true},
+      {"qk_norm_type", "per_layer"}, {"rms_norm_eps", 1e-6}, {"hidden_act", "silu"}, {"vocab_size", V},
+      {"max_position_embeddings", 196608}, {"tie_word_embeddings", false}, {"bos_token_id", 200034},
+      {"eos_token_id", 200020}, {"torch_dtype", "bfloat16"},
+      {"quantization_config",
+       {{"quant_method", "fp8"}, {"fmt", "float8_e4m3fn"}, {"activation_scheme", "dynamic"},
+        {"weight_block_size", {128, 128}}, {"modules_to_not_convert", {"gate", "e_score_correction_bias", "lm_head"}}}}};
+  std::ofstream(fs::path(o.out) / "config.json") << cfg.dump(2) << "\n";
+
+  // Tensors in alignment order: f32, then bf16, then fp8.
+  enum class Fill { kZero, kOne, kBf16Random, kFp8Random, kScale };
+  std::vector<SafetensorsTensorSpec> specs;
+  std::vector<Fill> fills;
+  const auto add = [&](std::string name, DType t, std::vector<int64_t> shape, Fill f) {
+    specs.push_back({std::move(name), t, std::move(shape)});
+    fills.push_back(f);
+  };
+  const auto blocks = [](int64_t n) { return (n + 127) / 128; };
+  struct Lin { std::string name; int64_t rows, cols; };
+  std::vector<Lin> fp8;
+  for (int l = 0; l < o.layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l);
+    fp8.push_back({p + ".self_attn.q_proj", Hq * D, H});
+    fp8.push_back({p + ".self_attn.k_proj", KVh * D, H});
+    fp8.push_back({p + ".self_attn.v_proj", KVh * D, H});
+    fp8.push_back({p + ".self_attn.o_proj", H, Hq * D});
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string x = p + ".block_sparse_moe.experts." + std::to_string(e);
+      fp8.push_back({x + ".w1", I, H});
+      fp8.push_back({x + ".w3", I, H});
+      fp8.push_back({x + ".w2", H, I});
+    }
+  }
+  for (const auto& f : fp8) add(f.name + ".weight_scale_inv", DType::kF32, {blocks(f.rows), blocks(f.cols)}, Fill::kScale);
+  for (int l = 0; l < o.layers; ++l)
+    add("model.layers." + std::to_string(l) + ".block_sparse_moe.e_score_correction_bias", DType::kF32, {E}, Fill::kZero);
+  add("model.embed_tokens.weight", DType::kBF16, {V, H}, Fill::kBf16Random);
+  add("lm_head.weight", DType::kBF16, {V, H}, Fill::kBf16Random);
+  add("model.norm.weight", DType::kBF16, {H}, Fill::kOne);
+  for (int l = 0; l < o.layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l);
+    add(p + ".input_layernorm.weight", DType::kBF16, {H}, Fill::kOne);
+    add(p + ".post_attention_layernorm.weight", DType::kBF16, {H}, Fill::kOne);
+    add(p + ".self_attn.q_norm.weight", DType::kBF16, {Hq * D}, Fill::kOne);
+    add(p + ".self_attn.k_norm.weight", DType::kBF16, {KVh * D}, Fill::kOne);
+    add(p + ".block_sparse_moe.gate.weight", DType::kBF16, {E, H}, Fill::kBf16Random);
+  }
+  for (const auto& f : fp8) add(f.name + ".weight", DType::kF8E4M3, {f.rows, f.cols}, Fill::kFp8Random);
+
+  uint64_t total = 0;
+  for (const auto& s : specs) {
+    uint64_t n = DTypeSize(s.dtype);
+    for (int64_t d : s.shape) n *= static_cast<uint64_t>(d);
+    total += n;
+  }
+  Progress progress("writing " + (fs::path(o.out) / "model.safetensors").string(), total, "bytes");
+  const auto fill = [&](size_t t, uint64_t offset, uint8_t* buf, size_t n) {
+    uint64_t state = o.seed * 1000003 + t * 7919 + offset;
+    switch (fills[t]) {
+      case Fill::kZero: std::memset(buf, 0, n); break;
+      case Fill::kOne:
+        for (size_t i = 0; i + 1 < n; i += 2) buf[i] = 0x80, buf[i + 1] = 0x3f;  // bf16 1.0
+        break;
+      case Fill::kScale:  // fp32 1e-4: random fp8 codes have rms ~ 140, so weights ~ 0.014
+        for (size_t i = 0; i + 3 < n; i += 4) {
+          const float s = 1e-4f;
+          std::memcpy(buf + i, &s, 4);
+        }
+        break;
+      case Fill::kBf16Random:
+        for (size_t i = 0; i + 1 < n; i += 2) {
+          const uint64_t r = SplitMix(state);
+          const float v = (static_cast<float>(r & 0xffff) / 32768.0f - 1.0f) * 0.05f;
+          const uint16_t b = F32ToBf16(v);
+          std::memcpy(buf + i, &b, 2);
+        }
+        break;
+      case Fill::kFp8Random:
+        for (size_t i = 0; i < n; i += 8) {
+          uint64_t r = SplitMix(state);
+          for (size_t j = 0; j < 8 && i + j < n; ++j, r >>= 8) {
+            uint8_t b = static_cast<uint8_t>(r);
+            if ((b & 0x7f) == 0x7f) b ^= 1;  // never a NaN code
+            buf[i + j] = b;
+          }
+        }
+        break;
+    }
+  };
+  Status st = WriteSafetensorsStreaming((fs::path(o.out) / "model.safetensors").string(), specs, {{"format", "pt"}},
+                                        fill, [&](uint64_t b) { progress.Update(b); });
+  progress.Finish();
+  if (!st.ok()) return Fail(st);
+  std::printf("wrote %s: %d layers, %d experts (top-%d), %.2f GiB\n", o.out.c_str(), o.layers, o.experts, o.top_k,
+              static_cast<double>(total) / (1ull << 30));
+  return 0;
+}
+
+}  // namespace
+
+void AddMakeBenchModel(CLI::App& app, Runner& run) {
+  auto o = std::make_shared<MakeOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "make-bench-model",
+      "Write a random-weight MiniMax-M2 slice (real per-layer sizes, fewer layers and experts, FP8) for m2 bench.");
+  cmd->add_option("-o,--out", o->out, "Output folder")->required();
+  cmd->add_option("--layers", o->layers, "Decoder layers")->check(CLI::Range(1, 62));
+  cmd->add_option("--experts", o->experts, "Experts per layer")->check(CLI::Range(1, 256));
+  cmd->add_option("--top-k", o->top_k, "Experts per token")->check(CLI::Range(1, 256));
+  cmd->add_option("--seed", o->seed, "Random seed");
+  cmd->callback([o, &run] { run = [o] { return Run(*o); }; });
+}
+
+}  // namespace m2::cli

@@ -1,0 +1,20 @@
+// Micro-benchmarks that measure the machine's ceilings in the same run as a benchmark:
+// memory read bandwidth and peak fp32 FMA throughput, with the kernel family in use.
+#pragma once
+
+#include <cstdint>
+
+namespace m2 {
+
+// Sum of n floats, read with SIMD loads and independent accumulators (a streaming read).
+double ReadAll(const float* p, int64_t n);
+// Runs `iters` rounds of independent fp32 FMA chains; returns the FLOPs performed
+// (2 per lane per FMA). The result feeds a sink so the work cannot be optimised away.
+double FmaBurst(int64_t iters);
+
+double ReadAllAvx512(const float* p, int64_t n);
+double ReadAllAvx2(const float* p, int64_t n);
+double FmaBurstAvx512(int64_t iters);
+double FmaBurstAvx2(int64_t iters);
+
+}  // namespace m2

@@ -1,0 +1,10 @@
+// Avx2 build of the machine probes (see probe_simd.inc).
+#define M2_SIMD_WIDTH 8
+#define M2_SIMD_NS avx2
+#include "kernels/probe.h"
+#include "kernels/probe_simd.inc"
+
+namespace m2 {
+double ReadAllAvx2(const float* p, int64_t n) { return avx2::ReadAllSimd(p, n); }
+double FmaBurstAvx2(int64_t iters) { return avx2::FmaBurstSimd(iters); }
+}  // namespace m2

@@ -1,0 +1,10 @@
+// Avx512 build of the machine probes (see probe_simd.inc).
+#define M2_SIMD_WIDTH 16
+#define M2_SIMD_NS avx512
+#include "kernels/probe.h"
+#include "kernels/probe_simd.inc"
+
+namespace m2 {
+double ReadAllAvx512(const float* p, int64_t n) { return avx512::ReadAllSimd(p, n); }
+double FmaBurstAvx512(int64_t iters) { return avx512::FmaBurstSimd(iters); }
+}  // namespace m2
