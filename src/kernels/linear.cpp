@@ -102,21 +102,41 @@ void ReferenceRows(const LinearWeight& w, const float* x, int64_t n, float* y, i
 }
 }  // namespace
 
+namespace {
+// xt[k][t] = x[t][k] for t < n, zero for n <= t < ntp. Eight token rows are read side by
+// side so each k writes one contiguous run of xt (a plain double loop with a stride of
+// ntp floats on every write costs as much as the matmul itself for n ~ 64).
+void TransposeTokens(const float* x, int64_t n, int64_t K, float* xt, int64_t ntp, ThreadPool* pool) {
+  const auto body = [&](int64_t k0, int64_t k1, int) {
+    for (int64_t t0 = 0; t0 < ntp; t0 += 8) {
+      const int64_t tn = std::min<int64_t>(8, n - t0);
+      for (int64_t k = k0; k < k1; ++k) {
+        float* out = xt + k * ntp + t0;
+        int64_t t = 0;
+        for (; t < tn; ++t) out[t] = x[(t0 + t) * K + k];
+        for (; t < 8 && t0 + t < ntp; ++t) out[t] = 0.0f;
+      }
+    }
+  };
+  if (pool != nullptr) pool->ParallelFor(K, 64, body);
+  else body(0, K, 0);
+}
+}  // namespace
+
 void Linear(const LinearWeight& w, const float* x, int64_t n, float* y) {
   M2_CHECK(w.valid(), "Linear on an empty weight");
   const KernelIsa isa = ActiveIsa();
   const bool parallel = w.rows * w.cols * std::max<int64_t>(n, 1) >= (1 << 16);
   ThreadPool& pool = ThreadPool::Global();
-  if (n > 4 && isa != KernelIsa::kPortable && (w.format != WeightFormat::kFp8Block || w.block_cols % 16 == 0)) {
+  if (n > 4 && isa != KernelIsa::kPortable && (w.format != WeightFormat::kFp8Block || (w.block_cols % 16 == 0 && (w.block_cols & (w.block_cols - 1)) == 0))) {
     // Prefill: tokens in chunks whose transposed copy stays in L2 while every row
     // panel streams past it. Each chunk is transposed once, by this thread.
     constexpr int64_t kChunk = 128;
     thread_local std::vector<float> xt;
     for (int64_t t0 = 0; t0 < n; t0 += kChunk) {
       const int64_t nt = std::min(kChunk, n - t0), ntp = (nt + 15) / 16 * 16;
-      xt.assign(static_cast<size_t>(w.cols * ntp), 0.0f);
-      for (int64_t t = 0; t < nt; ++t)
-        for (int64_t k = 0; k < w.cols; ++k) xt[k * ntp + t] = x[(t0 + t) * w.cols + k];
+      if (xt.size() < static_cast<size_t>(w.cols * ntp)) xt.resize(static_cast<size_t>(w.cols * ntp));
+      TransposeTokens(x + t0 * w.cols, nt, w.cols, xt.data(), ntp, parallel ? &pool : nullptr);
       float* yc = y + t0 * w.rows;
       const float* xtp = xt.data();  // a thread_local named in the lambda would be the worker's own
       const auto body = [&, xtp](int64_t r0, int64_t r1, int) {

@@ -171,3 +171,47 @@ TEST(LinearTest, RowRangesComposeToTheWholeMatrix) {
 
 }  // namespace
 }  // namespace m2
+
+#include "kernels/quantize.h"
+
+namespace m2 {
+namespace {
+
+// Quantize then dequantize: every value within half a step of its group's scale, and
+// the kernels read the packed layout back exactly as DequantizeRow says.
+TEST(QuantizeTest, RoundTripWithinHalfAStep) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  const int64_t rows = 5, cols = 96;
+  std::vector<float> w(rows * cols);
+  for (auto& v : w) v = nd(rng);
+  w[7] = 0.5f;  // an outlier sets its group's scale
+  for (WeightFormat f : {WeightFormat::kQ8, WeightFormat::kQ4}) {
+    std::vector<uint8_t> data(f == WeightFormat::kQ8 ? rows * cols : rows * cols / 2);
+    std::vector<uint16_t> scales(rows * cols / 32);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (f == WeightFormat::kQ8)
+        QuantizeRowQ8(&w[r * cols], cols, reinterpret_cast<int8_t*>(&data[r * cols]), &scales[r * cols / 32]);
+      else
+        QuantizeRowQ4(&w[r * cols], cols, &data[r * cols / 2], &scales[r * cols / 32]);
+    }
+    LinearWeight lw;
+    lw.format = f;
+    lw.rows = rows;
+    lw.cols = cols;
+    lw.data = data.data();
+    lw.scale = scales.data();
+    std::vector<float> back(cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      DequantizeRow(lw, r, back.data());
+      for (int64_t j = 0; j < cols; ++j) {
+        const float s = F16ToF32(scales[r * cols / 32 + j / 32]);
+        ASSERT_LE(std::fabs(back[j] - w[r * cols + j]), 0.5f * s * 1.01f + 1e-7f)
+            << WeightFormatName(f) << " row " << r << " col " << j;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace m2
