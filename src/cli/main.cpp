@@ -12,11 +12,14 @@ int main(int argc, char** argv) {
   m2::cli::Runner run;
   m2::cli::AddInspect(app, run);
   m2::cli::AddGenerate(app, run);
+  m2::cli::AddChat(app, run);
+  m2::cli::AddPerplexity(app, run);
   m2::cli::AddLogits(app, run);
   m2::cli::AddTokenize(app, run);
   m2::cli::AddChatTools(app, run);
   m2::cli::AddBench(app, run);
   m2::cli::AddMakeBenchModel(app, run);
+  m2::cli::AddQuantize(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

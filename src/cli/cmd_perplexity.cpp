@@ -1,0 +1,91 @@
+// m2 perplexity: how well the model predicts a text file (runtime/perplexity.h explains
+// the windowing).
+#include <cstdio>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "base/mapped_file.h"
+#include "base/progress.h"
+#include "cli/commands.h"
+#include "model/model.h"
+#include "runtime/perplexity.h"
+#include "text/tokenizer.h"
+
+namespace m2::cli {
+
+namespace {
+
+struct PerplexityOptions {
+  std::string model;
+  std::string file;
+  int64_t context = 0;
+  int64_t stride = 0;
+  bool json = false;
+};
+
+int Run(const PerplexityOptions& o) {
+  auto text = ReadTextFile(o.file);
+  if (!text.ok()) return Fail(text.status());
+  auto model = Model::Load(o.model, {.progress = !o.json});
+  if (!model.ok()) return Fail(model.status());
+  auto tokenizer = text::Tokenizer::Load(o.model);
+  if (!tokenizer.ok())
+    return Fail(Status(tokenizer.status()).WithContext("m2 perplexity needs the model's tokenizer.json"));
+  // The file is plain text: special-token strings in it are scored as the text they are.
+  const std::vector<int32_t> ids = (*tokenizer)->Encode(*text, /*parse_special=*/false);
+
+  runtime::PerplexityOptions p;
+  const int64_t max_pos = (*model)->config().max_position_embeddings;
+  p.context = o.context > 0 ? o.context : std::min<int64_t>(1024, max_pos);
+  p.stride = o.stride > 0 ? o.stride : std::max<int64_t>(1, p.context / 2);
+  // The work is about ceil(tokens / stride) windows of `context` tokens.
+  const uint64_t windows = ids.size() > static_cast<size_t>(p.context)
+                               ? (ids.size() - p.context + p.stride - 1) / p.stride + 1
+                               : 1;
+  Progress progress("perplexity", windows * std::min<uint64_t>(ids.size(), p.context), "tokens", !o.json);
+  p.on_progress = [&](int64_t done) { progress.Update(static_cast<uint64_t>(done)); };
+  auto r = runtime::ComputePerplexity(**model, ids, p);
+  if (!r.ok()) return Fail(Status(r.status()).WithContext(o.file));
+  progress.Finish();
+  if (o.json) {
+    nlohmann::ordered_json j = {{"perplexity", r->perplexity},
+                                {"mean_nll", r->mean_nll},
+                                {"tokens", r->tokens},
+                                {"scored_tokens", r->scored_tokens},
+                                {"windows", r->windows},
+                                {"context", p.context},
+                                {"stride", p.stride},
+                                {"evaluated_tokens", r->evaluated_tokens},
+                                {"seconds", r->seconds},
+                                {"tokens_per_second", r->tokens_per_second()}};
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("perplexity %.4f (mean NLL %.6f nats over %lld scored tokens of %lld)\n", r->perplexity, r->mean_nll,
+                static_cast<long long>(r->scored_tokens), static_cast<long long>(r->tokens));
+    std::printf("%lld windows of up to %lld tokens, stride %lld: %lld tokens evaluated in %.3f s (%.1f tok/s)\n",
+                static_cast<long long>(r->windows), static_cast<long long>(p.context),
+                static_cast<long long>(p.stride), static_cast<long long>(r->evaluated_tokens), r->seconds,
+                r->tokens_per_second());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddPerplexity(CLI::App& app, Runner& run) {
+  auto o = std::make_shared<PerplexityOptions>();
+  CLI::App* cmd = app.add_subcommand("perplexity", "Perplexity of the model on a text file (sliding windows).");
+  cmd->add_option("-m,--model", o->model, "Model folder (config.json + safetensors + tokenizer.json)")->required();
+  cmd->add_option("-f,--file", o->file, "Text file to evaluate")->required();
+  cmd->add_option("--context", o->context, "Window length in tokens (default: min(1024, the model's context))")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--stride", o->stride,
+                  "Tokens between window starts; each window scores only tokens no earlier window scored "
+                  "(default: context / 2; = context for disjoint windows)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--json", o->json, "Print the result as JSON");
+  cmd->callback([o, &run] { run = [o] { return Run(*o); }; });
+}
+
+}  // namespace m2::cli

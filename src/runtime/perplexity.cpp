@@ -1,0 +1,73 @@
+#include "runtime/perplexity.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace m2::runtime {
+
+double NegativeLogLikelihood(std::span<const float> logits, int32_t target) {
+  double max = -INFINITY;
+  for (float l : logits) max = std::max(max, static_cast<double>(l));
+  double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
+  return max + std::log(sum) - static_cast<double>(logits[target]);
+}
+
+Result<PerplexityResult> ComputePerplexity(Model& model, std::span<const int32_t> ids, const PerplexityOptions& o) {
+  const ModelConfig& cfg = model.config();
+  const int64_t V = cfg.vocab_size;
+  const int64_t n = static_cast<int64_t>(ids.size());
+  if (n < 2) return Error("perplexity needs at least 2 tokens (the first is only context), found {}", n);
+  if (o.context < 2 || o.context > cfg.max_position_embeddings)
+    return Error("context: expected 2 to {} tokens (the model's max_position_embeddings), found {}",
+                 cfg.max_position_embeddings, o.context);
+  if (o.stride < 1 || o.stride > o.context)
+    return Error("stride: expected 1 to {} tokens (the context), found {}", o.context, o.stride);
+  for (int64_t i = 0; i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= V) return Error("token {} (id {}) is outside the vocabulary [0, {})", i, ids[i], V);
+
+  // Logits rows per forward pass: bounds memory at about 32M floats (128 MB) whatever
+  // the vocabulary, continuing the same cache between sub-batches.
+  const int64_t rows_per_pass = std::max<int64_t>(1, std::min<int64_t>(512, (int64_t{32} << 20) / V));
+
+  PerplexityResult r;
+  r.tokens = n;
+  KvBlockPool pool(model.cache_layout());
+  std::vector<float> logits;
+  double nll_sum = 0;
+  int64_t scored_until = 1;  // tokens [1, scored_until) have been scored
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t begin = 0; scored_until < n; begin += o.stride) {
+    const int64_t end = std::min(n, begin + o.context);
+    // Score targets [first, end): logits at position t predict token t + 1.
+    const int64_t first = std::max(scored_until, begin + 1);
+    SequenceCache cache(&pool);
+    SequenceCache* caches[] = {&cache};
+    for (int64_t s = begin; s < end; s += rows_per_pass) {
+      const int64_t e = std::min(end, s + rows_per_pass);
+      ForwardBatch batch;
+      for (int64_t t = s; t < e; ++t) batch.Add(ids[t], 0, t + 1 >= first && t + 1 < end);
+      logits.clear();
+      M2_RETURN_IF_ERROR(model.Forward(batch, caches, logits));
+      size_t row = 0;
+      for (int64_t t = s; t < e; ++t) {
+        if (!(t + 1 >= first && t + 1 < end)) continue;
+        nll_sum += NegativeLogLikelihood(std::span<const float>(&logits[row * V], static_cast<size_t>(V)), ids[t + 1]);
+        ++row;
+        ++r.scored_tokens;
+      }
+    }
+    r.evaluated_tokens += end - begin;
+    ++r.windows;
+    scored_until = end;
+    if (o.on_progress) o.on_progress(r.evaluated_tokens);
+    if (end == n) break;
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.mean_nll = nll_sum / static_cast<double>(r.scored_tokens);
+  r.perplexity = std::exp(r.mean_nll);
+  return r;
+}
+
+}  // namespace m2::runtime

@@ -1,0 +1,348 @@
+// m2 generate (text, ids, stop strings, seeds, generation_config.json), m2 chat (piped
+// stdin, turns, saved history, tools), m2 perplexity (against a direct computation), and
+// their errors, run as a user runs them. Tests on the trained models/m2-tiny run only when
+// it is there.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "base/mapped_file.h"
+#include "chat/chat_template.h"
+#include "model/model.h"
+#include "runtime/perplexity.h"
+#include "test_model.h"
+#include "text/tokenizer.h"
+
+namespace m2::testing {
+namespace {
+
+struct Run {
+  int code;
+  std::string out;  // standard output only
+  std::string err;
+};
+
+// Runs `m2 args` with standard input from `input` (when given).
+Run M2(const std::string& args, const std::string& input = "") {
+  const char* bin = std::getenv("M2_BINARY");
+  const std::string tmp = ::testing::TempDir() + "/m2_rt_cli_" + std::to_string(getpid());
+  const std::string in = tmp + ".in", err = tmp + ".err";
+  WriteFile(in, input);
+  const std::string cmd = std::string(bin ? bin : "build/src/cli/m2") + " " + args + " <" + in + " 2>" + err;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return {-1, "", ""};
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = pclose(p);
+  auto e = ReadTextFile(err);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out, e.ok() ? *e : ""};
+}
+
+std::string Quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::vector<int32_t> ParseIds(const std::string& line) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i < line.size() && line[i] != '\n') {
+    size_t j = i;
+    while (j < line.size() && line[j] != ',' && line[j] != '\n') ++j;
+    ids.push_back(std::stoi(line.substr(i, j - i)));
+    i = line[j] == ',' ? j + 1 : j;
+  }
+  return ids;
+}
+
+std::string Join(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  return s;
+}
+
+class RuntimeCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(MakeTestModel("cli"));
+    auto t = text::Tokenizer::Load(*dir_);
+    ASSERT_TRUE(t.ok()) << t.status().message();
+    tok_ = t->release();
+  }
+  static void TearDownTestSuite() {
+    delete tok_;
+    delete dir_;
+  }
+  static std::string* dir_;
+  static text::Tokenizer* tok_;
+};
+std::string* RuntimeCli::dir_ = nullptr;
+text::Tokenizer* RuntimeCli::tok_ = nullptr;
+
+TEST_F(RuntimeCli, GenerateTextEqualsTheDecodedIdsOfTheSameRun) {
+  const std::string prompt = "The quick brown fox";
+  auto text = M2("generate -m " + *dir_ + " -p " + Quote(prompt) + " -n 20 --temperature 0 --ignore-eos");
+  ASSERT_EQ(text.code, 0) << text.err;
+  auto ids = M2("generate -m " + *dir_ + " --ids " + Join(tok_->Encode(prompt)) + " -n 20 --temperature 0 --ignore-eos");
+  ASSERT_EQ(ids.code, 0) << ids.err;
+  const auto gen = ParseIds(ids.out);
+  ASSERT_EQ(gen.size(), 20u) << ids.out;
+  EXPECT_EQ(text.out, tok_->Decode(gen));  // piped: exactly the text, no newline added
+  EXPECT_NE(text.err.find("generated 20 tokens"), std::string::npos) << text.err;
+  EXPECT_NE(text.err.find("tok/s"), std::string::npos) << text.err;
+  EXPECT_NE(text.err.find("sampling: greedy"), std::string::npos) << text.err;
+
+  // -f reads the prompt from a file, "-" from standard input.
+  const std::string file = ::testing::TempDir() + "/m2_rt_prompt.txt";
+  WriteFile(file, prompt);
+  auto from_file = M2("generate -m " + *dir_ + " -f " + file + " -n 20 --temperature 0 --ignore-eos");
+  EXPECT_EQ(from_file.out, text.out);
+  auto from_stdin = M2("generate -m " + *dir_ + " -f - -n 20 --temperature 0 --ignore-eos", prompt);
+  EXPECT_EQ(from_stdin.out, text.out);
+}
+
+TEST_F(RuntimeCli, GenerateStopStringEndsTheOutputBeforeIt) {
+  auto full = M2("generate -m " + *dir_ + " -p 'Hello' -n 40 --temperature 0 --ignore-eos");
+  ASSERT_EQ(full.code, 0) << full.err;
+  ASSERT_GT(full.out.size(), 10u);
+  // Two ASCII-safe stops: a character from the middle of the output, and one never seen.
+  size_t at = full.out.size() / 2;
+  while (at < full.out.size() && static_cast<unsigned char>(full.out[at]) >= 0x80) ++at;
+  ASSERT_LT(at, full.out.size()) << "no ASCII character in the second half";
+  const std::string stop = full.out.substr(at, 1);
+  auto cut = M2("generate -m " + *dir_ + " -p 'Hello' -n 40 --temperature 0 --ignore-eos --stop " + Quote(stop) +
+                " --stop '@@never@@'");
+  ASSERT_EQ(cut.code, 0) << cut.err;
+  EXPECT_EQ(cut.out, full.out.substr(0, full.out.find(stop)));
+  EXPECT_NE(cut.err.find("stopped: stop_string"), std::string::npos) << cut.err;
+}
+
+TEST_F(RuntimeCli, GenerateSeedsAreReproducible) {
+  const std::string base = "generate -m " + *dir_ + " -p 'Seeds' -n 24 --ignore-eos --temperature 1.0 --top-p 0.95";
+  auto a = M2(base + " --seed 1234");
+  auto b = M2(base + " --seed 1234");
+  auto c = M2(base + " --seed 4321");
+  ASSERT_EQ(a.code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_NE(a.out, c.out);
+  EXPECT_NE(a.err.find("seed 1234"), std::string::npos) << a.err;
+  // --ids output is the same run, as ids.
+  auto ids = M2("generate -m " + *dir_ + " --ids " + Join(tok_->Encode("Seeds")) +
+                " -n 24 --ignore-eos --temperature 1.0 --top-p 0.95 --seed 1234");
+  EXPECT_EQ(tok_->Decode(ParseIds(ids.out)), a.out);
+}
+
+TEST_F(RuntimeCli, GenerateUsesGenerationConfigDefaultsAndFlagsOverrideThem) {
+  const std::string dir = MakeTestModel(
+      "cli_gc", "tiny-f32-gqa6", R"({"do_sample": true, "temperature": 0.8, "top_k": 40, "max_new_tokens": 5})");
+  auto r = M2("generate -m " + dir + " -p 'x' --ignore-eos --seed 9");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("generated 5 tokens"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("temperature 0.8, top-k 40, seed 9"), std::string::npos) << r.err;
+  r = M2("generate -m " + dir + " -p 'x' --ignore-eos -n 3 --temperature 0");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("generated 3 tokens"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("sampling: greedy"), std::string::npos) << r.err;
+}
+
+TEST_F(RuntimeCli, GenerateChatWrapsThePromptAsAUserTurn) {
+  // --chat equals the rendered turn given as a raw prompt.
+  auto chat = M2("generate -m " + *dir_ + " -p 'Hi there' --chat --system 'Be kind.' -n 12 --temperature 0");
+  ASSERT_EQ(chat.code, 0) << chat.err;
+  const std::string rendered = "]~!b[]~b]system\nBe kind.[e~[\n]~b]user\nHi there[e~[\n]~b]ai\n<think>\n";
+  auto raw = M2("generate -m " + *dir_ + " -f - -n 12 --temperature 0", rendered);
+  ASSERT_EQ(raw.code, 0) << raw.err;
+  // Same tokens unless the raw run met "[e~[", which only --chat treats as the end.
+  EXPECT_EQ(raw.out.rfind(chat.out, 0), 0u) << "chat: " << chat.out << "\nraw: " << raw.out;
+}
+
+TEST_F(RuntimeCli, GenerateErrorsAreClear) {
+  auto r = M2("generate -m testdata/golden/tiny-fp8 -p 'hi'");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("tokenizer.json"), std::string::npos) << r.err;
+  r = M2("generate -m " + *dir_ + " -p hi --ids 1,2");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("one way"), std::string::npos) << r.err;
+  r = M2("generate -m " + *dir_);
+  EXPECT_EQ(r.code, 1);
+  r = M2("generate -m " + *dir_ + " -p hi --top-p 1.5");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("--top-p"), std::string::npos) << r.err;
+  r = M2("generate -m " + *dir_ + " -p hi --temperature warm");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("temperature"), std::string::npos) << r.err;
+  r = M2("generate -m testdata/golden/tiny-fp8 --ids 1,2 --stop x");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("tokenizer.json"), std::string::npos) << r.err;
+  const std::string broken = MakeTestModel("cli_gc_broken", "tiny-f32-gqa6", R"({"top_k": "many"})");
+  r = M2("generate -m " + broken + " -p hi");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("generation_config.json"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("top_k: expected an integer, found \"many\""), std::string::npos) << r.err;
+  // A tokenizer.json that is not JSON.
+  const std::string badtok = MakeTestModel("cli_badtok", "tiny-f32-gqa6", "", /*with_tokenizer=*/false);
+  WriteFile(badtok + "/tokenizer.json", "{not json");
+  r = M2("generate -m " + badtok + " -p hi");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("tokenizer.json"), std::string::npos) << r.err;
+}
+
+TEST_F(RuntimeCli, ChatFromAPipeKeepsTheHistoryWithReasoning) {
+  const std::string history = ::testing::TempDir() + "/m2_rt_history.json";
+  std::filesystem::remove(history);
+  auto r = M2("chat -m " + *dir_ + " -n 10 --temperature 1 --seed 5 --system 'You are terse.' --save-history " + history,
+              "Hello\nWhat next?\n/exit\nnot read\n");
+  ASSERT_EQ(r.code, 0) << r.err;
+  // Two replies, each with statistics on stderr; reasoning marked on a pipe.
+  size_t stats = 0;
+  for (size_t at = r.err.find("[stats]"); at != std::string::npos; at = r.err.find("[stats]", at + 1)) ++stats;
+  EXPECT_EQ(stats, 2u) << r.err;
+  EXPECT_NE(r.out.find("[thinking] "), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("reused from the cache"), std::string::npos) << r.err;  // the second turn
+
+  auto text = ReadTextFile(history);
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  auto j = chat::ParseOrderedJson(*text, "history");
+  ASSERT_TRUE(j.ok());
+  const chat::Json& m = (*j)["messages"];
+  ASSERT_EQ(m.size(), 5u) << m.dump();
+  EXPECT_EQ(m[0]["content"], "You are terse.");
+  EXPECT_EQ(m[1]["content"], "Hello");
+  EXPECT_EQ(m[3]["content"], "What next?");
+  for (int i : {2, 4}) {
+    EXPECT_EQ(m[i]["role"], "assistant");
+    ASSERT_TRUE(m[i]["reasoning_content"].is_string());
+    ASSERT_TRUE(m[i]["content"].is_string());
+  }
+  // What was shown is what was stored: each reply's reasoning appears after "[thinking] ".
+  const std::string r1 = m[2]["reasoning_content"].get<std::string>();
+  if (!r1.empty()) EXPECT_NE(r.out.find("[thinking] " + r1), std::string::npos) << r.out;
+  // The saved history is a valid request for `m2 render`, and the template shows the last
+  // reply's reasoning (after the last user turn).
+  auto rendered = M2("render --no-generation-prompt " + history);
+  ASSERT_EQ(rendered.code, 0) << rendered.err;
+  const std::string r2 = m[4]["reasoning_content"].get<std::string>();
+  if (!r2.empty()) EXPECT_NE(rendered.out.find("<think>\n" + r2 + "\n</think>"), std::string::npos) << rendered.out;
+}
+
+TEST_F(RuntimeCli, ChatRunsShellTools) {
+  // The random model will not call tools by itself; check that --tools loads, that the
+  // command is hidden from the model, and that bad tool files are clear errors.
+  const std::string tools = ::testing::TempDir() + "/m2_rt_tools.json";
+  WriteFile(tools, R"([{"type": "function", "command": "cat",
+    "function": {"name": "echo", "description": "Echo", "parameters": {"type": "object", "properties": {}}}}])");
+  const std::string history = ::testing::TempDir() + "/m2_rt_tools_history.json";
+  auto r = M2("chat -m " + *dir_ + " -n 4 --temperature 0 --tools " + tools + " --save-history " + history, "Hi\n");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto text = ReadTextFile(history);
+  ASSERT_TRUE(text.ok());
+  EXPECT_NE(text->find("\"echo\""), std::string::npos);
+  EXPECT_EQ(text->find("\"command\""), std::string::npos) << *text;
+
+  WriteFile(tools, R"([{"type": "function", "function": {"name": "echo"}}])");
+  r = M2("chat -m " + *dir_ + " --tools " + tools, "Hi\n");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("\"command\""), std::string::npos) << r.err;
+  r = M2("chat -m " + *dir_ + " --tools /no/such/file.json", "Hi\n");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("/no/such/file.json"), std::string::npos) << r.err;
+  r = M2("chat -m testdata/golden/tiny-fp8", "Hi\n");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("tokenizer.json"), std::string::npos) << r.err;
+}
+
+TEST_F(RuntimeCli, PerplexityMatchesADirectComputation) {
+  const std::string file = ::testing::TempDir() + "/m2_rt_ppl.txt";
+  const std::string text = "The cat sat on the mat. It was a sunny day, and the birds were singing.";
+  WriteFile(file, text);
+  auto r = M2("perplexity -m " + *dir_ + " -f " + file + " --context 16 --stride 8 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  const auto ids = tok_->Encode(text, /*parse_special=*/false);
+  EXPECT_EQ(j["tokens"].get<int64_t>(), static_cast<int64_t>(ids.size()));
+  EXPECT_EQ(j["context"], 16);
+  EXPECT_EQ(j["stride"], 8);
+  // Independently: fresh forward passes over each token's window (see perplexity.h),
+  // log-softmax in long double.
+  auto model = Model::Load(*dir_, {.progress = false});
+  ASSERT_TRUE(model.ok());
+  const int64_t n = static_cast<int64_t>(ids.size());
+  long double sum = 0;
+  int64_t scored = 0, done = 1;
+  for (int64_t begin = 0;; begin += 8) {
+    const int64_t end = std::min<int64_t>(n, begin + 16);
+    KvBlockPool pool((*model)->cache_layout());
+    SequenceCache cache(&pool);
+    SequenceCache* caches[] = {&cache};
+    ForwardBatch b;
+    for (int64_t i = begin; i < end; ++i) b.Add(ids[i], 0, true);
+    std::vector<float> logits;
+    ASSERT_TRUE((*model)->Forward(b, caches, logits).ok());
+    const int64_t V = (*model)->config().vocab_size;
+    for (int64_t t = std::max(done, begin + 1); t < end; ++t, ++scored) {
+      const float* row = &logits[(t - 1 - begin) * V];
+      long double z = 0;
+      for (int64_t v = 0; v < V; ++v) z += std::exp(static_cast<long double>(row[v]));
+      sum += std::log(z) - row[ids[t]];
+    }
+    done = end;
+    if (end == n) break;
+  }
+  EXPECT_EQ(j["scored_tokens"].get<int64_t>(), scored);
+  const double want = std::exp(static_cast<double>(sum / scored));
+  EXPECT_NEAR(j["perplexity"].get<double>(), want, 1e-6 * want);
+  EXPECT_GT(j["tokens_per_second"].get<double>(), 0);
+
+  auto plain = M2("perplexity -m " + *dir_ + " -f " + file + " --context 16 --stride 8");
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_NE(plain.out.find("perplexity "), std::string::npos);
+  EXPECT_NE(plain.out.find("tok/s"), std::string::npos);
+
+  auto bad = M2("perplexity -m " + *dir_ + " -f " + file + " --context 8 --stride 9");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("stride"), std::string::npos) << bad.err;
+  WriteFile(file, "a");
+  bad = M2("perplexity -m " + *dir_ + " -f " + file);
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("at least 2 tokens"), std::string::npos) << bad.err;
+}
+
+// The trained model, when another engineer's run has put it in place.
+TEST(TrainedModel, GenerateChatAndPerplexity) {
+  const std::string dir = "models/m2-tiny";
+  if (!std::filesystem::exists(dir + "/model.safetensors") || !std::filesystem::exists(dir + "/tokenizer.json"))
+    GTEST_SKIP() << "models/m2-tiny is not there yet";
+  auto r = M2("generate -m " + dir + " -p 'What is 2+2?' --chat -n 48 --seed 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_FALSE(r.out.empty());
+  const std::string history = ::testing::TempDir() + "/m2_rt_tiny_history.json";
+  r = M2("chat -m " + dir + " -n 48 --seed 1 --save-history " + history, "Hello!\nTell me more.\n");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto text = ReadTextFile(history);
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(nlohmann::json::parse(*text)["messages"].size(), 4u);
+  const std::string file = ::testing::TempDir() + "/m2_rt_tiny_ppl.txt";
+  // Text of the kind it was trained on (assistant turns of its chat data).
+  WriteFile(file, "The user asks who I am. No tool is needed.\nI am m2-tiny, a small language model. The tool "
+                  "returned the answer. I can reply now. The capital of France is Paris.");
+  r = M2("perplexity -m " + dir + " -f " + file + " --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const double ppl = nlohmann::json::parse(r.out)["perplexity"].get<double>();
+  auto tok = text::Tokenizer::Load(dir);
+  ASSERT_TRUE(tok.ok());
+  // A trained model must do far better than guessing uniformly over its vocabulary
+  // (measured: 87 over 8192 ids on 2026-11-30's m2-tiny).
+  EXPECT_LT(ppl, (*tok)->vocab_size() / 20.0) << ppl;
+}
+
+}  // namespace
+}  // namespace m2::testing

@@ -1,0 +1,79 @@
+// A model folder for runtime tests: a golden tiny model (random weights, vocab 300-384)
+// with a tokenizer.json small enough for its vocabulary, made from our tokenizer
+// (testdata/tokenizer/ours) by keeping its 256 byte symbols and first merges and moving
+// the MiniMax special tokens ("]~b]", "[e~[", "<think>", ...) right after them.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "io/json_file.h"
+
+namespace m2::testing {
+
+// Ids 0..kSmallVocab-1 are vocab entries; the special tokens follow.
+inline constexpr int kSmallVocab = 270;
+
+inline nlohmann::json SmallTokenizerJson() {
+  auto ours = ReadJsonFile("testdata/tokenizer/ours/tokenizer.json");
+  EXPECT_TRUE(ours.ok()) << ours.status().message();
+  nlohmann::json t = *ours;
+  nlohmann::json vocab = nlohmann::json::object();
+  std::set<std::string> kept;
+  for (auto it = t["model"]["vocab"].begin(); it != t["model"]["vocab"].end(); ++it) {
+    if (it.value().get<int>() < kSmallVocab) {
+      vocab[it.key()] = it.value();
+      kept.insert(it.key());
+    }
+  }
+  nlohmann::json merges = nlohmann::json::array();
+  for (const auto& m : t["model"]["merges"]) {
+    const std::string a = m[0], b = m[1];
+    if (kept.count(a) && kept.count(b) && kept.count(a + b)) merges.push_back(m);
+  }
+  t["model"]["vocab"] = vocab;
+  t["model"]["merges"] = merges;
+  nlohmann::json added = nlohmann::json::array();
+  int id = kSmallVocab;
+  for (auto a : t["added_tokens"]) {
+    if (id >= kSmallVocab + 9) break;  // ]!p~[ ]~b] [e~[ ]!d~[ ]~!b[ <think> </think> <minimax:tool_call> </...>
+    a["id"] = id++;
+    added.push_back(a);
+  }
+  t["added_tokens"] = added;
+  return t;
+}
+
+inline void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  ASSERT_TRUE(out.good()) << path;
+}
+
+// A fresh folder `name` under the test temp dir with the golden model's files, the small
+// tokenizer (unless with_tokenizer is false) and, when given, generation_config.json.
+inline std::string MakeTestModel(const std::string& name, const std::string& golden = "tiny-f32-gqa6",
+                                 const std::string& generation_config = "", bool with_tokenizer = true) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / ("m2_rt_" + std::to_string(getpid()) + "_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator("testdata/golden/" + golden)) {
+    const std::string f = e.path().filename().string();
+    if (f.rfind("golden", 0) == 0) continue;
+    fs::copy_file(e.path(), dir / f);
+  }
+  if (with_tokenizer) WriteFile((dir / "tokenizer.json").string(), SmallTokenizerJson().dump());
+  if (!generation_config.empty()) WriteFile((dir / "generation_config.json").string(), generation_config);
+  return dir.string();
+}
+
+}  // namespace m2::testing
