@@ -53,7 +53,8 @@ int Run(const InspectOptions& o) {
   if (!weights.ok()) return Fail(weights.status());
 
   const ModelConfig& c = *cfg;
-  uint64_t total = 0, expert = 0, extra = 0;
+  const int64_t mtp_modules = static_cast<int64_t>(weights->mtp.size());
+  uint64_t total = 0, expert = 0, extra = 0, mtp = 0, mtp_expert = 0;
   std::map<std::string, uint64_t> bytes_by_dtype;
   uint64_t total_bytes = 0;
   for (const auto& name : (*store)->Names()) {
@@ -62,14 +63,25 @@ int Run(const InspectOptions& o) {
     total_bytes += v.nbytes;
     if (IsScale(name)) continue;
     const uint64_t numel = static_cast<uint64_t>(v.numel());
-    if (LayerOf(name) >= c.num_hidden_layers) {
-      extra += numel;  // reserved for MTP modules (released files: layers 62..64)
+    const int64_t layer = LayerOf(name);
+    if (layer >= c.num_hidden_layers && layer < c.num_hidden_layers + mtp_modules) {
+      mtp += numel;  // a loaded MTP module
+      if (name.find(".experts.") != std::string::npos) mtp_expert += numel;
+      continue;
+    }
+    if (layer >= c.num_hidden_layers) {
+      extra += numel;  // past the trunk and not a loaded MTP module (released files reserve 62..64)
       continue;
     }
     total += numel;
     if (name.find(".experts.") != std::string::npos) expert += numel;
   }
   const uint64_t active = total - expert + expert * c.num_experts_per_tok / c.num_local_experts;
+  // One module runs per drafted token: its share of the MTP parameters, experts top-k.
+  const uint64_t mtp_active_per_module =
+      mtp_modules == 0 ? 0
+                       : (mtp - mtp_expert + mtp_expert * c.num_experts_per_tok / c.num_local_experts) /
+                             static_cast<uint64_t>(mtp_modules);
 
   uint64_t nan_count = 0;
   if (o.verify) {
@@ -111,6 +123,10 @@ int Run(const InspectOptions& o) {
         {"files", (*store)->num_files()},
         {"fp8", c.quant.enabled},
         {"moe_layout", weights->moe_layout},
+        {"mtp_modules", mtp_modules},
+        {"mtp_parameters", mtp},
+        {"mtp_parameters_active_per_module", mtp_active_per_module},
+        {"mtp_status", weights->mtp_status},
     };
     if (o.verify) j["non_finite_values"] = nan_count;
     std::printf("%s\n", j.dump(2).c_str());
@@ -132,8 +148,13 @@ int Run(const InspectOptions& o) {
                               : "none");
   std::printf("parameters     %s total, %s active per token (%llu / %llu)\n", Human(total).c_str(),
               Human(active).c_str(), (unsigned long long)total, (unsigned long long)active);
-  if (extra) std::printf("extra layers   %s parameters past layer %lld (MTP, not used)\n", Human(extra).c_str(),
-                         (long long)c.num_hidden_layers - 1);
+  std::printf("mtp            %s\n", weights->mtp_status.c_str());
+  if (mtp_modules > 0)
+    std::printf("mtp parameters %s in all (%llu), %s per module, %s active per module and token\n", Human(mtp).c_str(),
+                (unsigned long long)mtp, Human(static_cast<double>(mtp) / mtp_modules).c_str(),
+                Human(mtp_active_per_module).c_str());
+  if (extra) std::printf("extra layers   %s parameters past layer %lld (not used)\n", Human(extra).c_str(),
+                         (long long)(c.num_hidden_layers + mtp_modules - 1));
   std::printf("files          %zu\n", (*store)->num_files());
   for (const auto& [dt, b] : bytes_by_dtype)
     std::printf("  %-8s     %.2f MiB\n", dt.c_str(), static_cast<double>(b) / (1 << 20));

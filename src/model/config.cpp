@@ -85,9 +85,27 @@ Status ParseQuant(const json& q, QuantConfig& out) {
   if (!q.is_object()) return Error("config field \"quantization_config\": expected an object, found {}", q.dump());
   Reader r(q, "quantization_config.");
   M2_RETURN_IF_ERROR(r.Str("quant_method", out.quant_method));
+  if (out.quant_method == "m2") {  // written by `m2 quantize`: q8 / q4 groups of 32
+    M2_RETURN_IF_ERROR(r.Str("weight_format", out.m2_format));
+    int64_t group = 32;
+    M2_RETURN_IF_ERROR(r.Int("group_size", group));
+    if (const json* b = r.Find("weight_block_size")) {  // blocks of fp8 tensors left as they were
+      if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number_integer() || !(*b)[1].is_number_integer() ||
+          (*b)[0].get<int64_t>() <= 0 || (*b)[1].get<int64_t>() <= 0)
+        return Error("config field \"quantization_config.weight_block_size\": expected [rows, cols], found {}",
+                     b->dump());
+      out.block_out = (*b)[0].get<int64_t>();
+      out.block_in = (*b)[1].get<int64_t>();
+    }
+    if ((out.m2_format != "q8" && out.m2_format != "q4") || group != 32)
+      return Error("config field \"quantization_config\": expected weight_format \"q8\" or \"q4\" with group_size "
+                   "32, found \"{}\" with {}",
+                   out.m2_format, group);
+    return Status::Ok();
+  }
   if (out.quant_method != "fp8")
-    return Error("config field \"quantization_config.quant_method\": expected \"fp8\" (the only scheme of the released "
-                 "checkpoints), found \"{}\"",
+    return Error("config field \"quantization_config.quant_method\": expected \"fp8\" (the scheme of the released "
+                 "checkpoints) or \"m2\" (m2 quantize), found \"{}\"",
                  out.quant_method);
   out.enabled = true;
   out.fmt = "float8_e4m3fn";

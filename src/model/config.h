@@ -22,6 +22,7 @@ struct QuantConfig {
   std::string activation_scheme;
   int64_t block_out = 128, block_in = 128;
   std::vector<std::string> modules_to_not_convert;
+  std::string m2_format;  // quant_method "m2" (m2 quantize): "q8" or "q4"
 };
 
 struct ModelConfig {

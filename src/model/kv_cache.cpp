@@ -48,14 +48,20 @@ void KvBlockPool::CopyBlock(int32_t from, int32_t to) {
 SequenceCache::SequenceCache(KvBlockPool* pool) : pool_(pool) {
   for (const auto& l : pool_->layout().layers)
     states_.emplace_back(l.kind == LayerCacheKind::kRecurrentState ? static_cast<size_t>(l.state_floats) : 0, 0.0f);
+  filled_.assign(pool_->layout().layers.size(), 0);
 }
 
 SequenceCache::~SequenceCache() { ReleaseAll(); }
 
 SequenceCache::SequenceCache(SequenceCache&& o) noexcept
-    : pool_(o.pool_), length_(o.length_), blocks_(std::move(o.blocks_)), states_(std::move(o.states_)) {
+    : pool_(o.pool_),
+      length_(o.length_),
+      blocks_(std::move(o.blocks_)),
+      states_(std::move(o.states_)),
+      filled_(std::move(o.filled_)) {
   o.blocks_.clear();
   o.length_ = 0;
+  o.filled_.assign(filled_.size(), 0);
 }
 
 SequenceCache& SequenceCache::operator=(SequenceCache&& o) noexcept {
@@ -65,8 +71,10 @@ SequenceCache& SequenceCache::operator=(SequenceCache&& o) noexcept {
     length_ = o.length_;
     blocks_ = std::move(o.blocks_);
     states_ = std::move(o.states_);
+    filled_ = std::move(o.filled_);
     o.blocks_.clear();
     o.length_ = 0;
+    o.filled_.assign(filled_.size(), 0);
   }
   return *this;
 }
@@ -75,6 +83,7 @@ void SequenceCache::ReleaseAll() {
   for (int32_t b : blocks_) pool_->Release(b);
   blocks_.clear();
   length_ = 0;
+  std::fill(filled_.begin(), filled_.end(), 0);
 }
 
 Status SequenceCache::Extend(int64_t new_length) {
@@ -121,6 +130,28 @@ Status SequenceCache::Truncate(int64_t new_length) {
     blocks_.pop_back();
   }
   length_ = new_length;
+  for (int64_t& f : filled_) f = std::min(f, new_length);
+  return Status::Ok();
+}
+
+void SequenceCache::set_filled(int64_t layer, int64_t n) {
+  M2_CHECK(layer >= 0 && static_cast<size_t>(layer) < filled_.size(), "layer {} of {}", layer, filled_.size());
+  M2_CHECK(n >= 0 && n <= length_, "filled {} outside a cache of {}", n, length_);
+  filled_[static_cast<size_t>(layer)] = n;
+}
+
+Status SequenceCache::Unshare(int64_t from, int64_t to) {
+  M2_CHECK(from >= 0 && from <= to && to <= length_, "unshare [{}, {}) of a cache of {}", from, to, length_);
+  if (from == to) return Status::Ok();
+  const int64_t bt = pool_->block_tokens();
+  for (int64_t b = from / bt; b <= (to - 1) / bt; ++b) {
+    int32_t& block = blocks_[static_cast<size_t>(b)];
+    if (pool_->RefCount(block) == 1) continue;
+    M2_ASSIGN_OR_RETURN(int32_t copy, pool_->Allocate());
+    pool_->CopyBlock(block, copy);
+    pool_->Release(block);
+    block = copy;
+  }
   return Status::Ok();
 }
 
@@ -130,6 +161,7 @@ SequenceCache SequenceCache::Fork() const {
   for (int32_t b : blocks_) pool_->Retain(b);
   c.length_ = length_;
   c.states_ = states_;
+  c.filled_ = filled_;
   return c;
 }
 

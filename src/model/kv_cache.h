@@ -95,6 +95,20 @@ class SequenceCache {
   // The fixed-size state of a recurrent layer.
   float* State(int64_t layer) { return states_[layer].data(); }
 
+  // Positions [0, filled(layer)) of a KV layer hold entries computed from this
+  // sequence's current tokens. Model::Forward fills the trunk's layers up to length().
+  // The layer of an MTP module lags behind the trunk (module k at position i reads token
+  // i+k+1, see Model::ForwardMtp), so it is filled separately and written at positions
+  // below length(). Truncate lowers it to at most the new length; Fork copies it.
+  int64_t filled(int64_t layer) const { return filled_[static_cast<size_t>(layer)]; }
+  // PRECONDITION: 0 <= n <= length().
+  void set_filled(int64_t layer, int64_t n);
+  // Makes positions [from, to) (0 <= from <= to <= length()) safe to write again: blocks
+  // there that are shared with a fork are copied first (copy-on-write). Only fails when
+  // the pool is full; the cache's contents are the same either way.
+  Status Unshare(int64_t from, int64_t to);
+
+  const CacheLayout& layout() const { return pool_->layout(); }
   const std::vector<int32_t>& block_table() const { return blocks_; }
 
  private:
@@ -103,6 +117,7 @@ class SequenceCache {
   int64_t length_ = 0;
   std::vector<int32_t> blocks_;
   std::vector<std::vector<float>> states_;  // per layer; empty for KV layers
+  std::vector<int64_t> filled_;             // per layer, <= length_
 };
 
 }  // namespace m2

@@ -2,7 +2,10 @@
 //   h = embed[ids]
 //   per layer: h += attn(rmsnorm(h)); h += moe(rmsnorm(h))
 //   logits = rmsnorm(h) lm_head^T
+// and the MTP modules (tools/train/model.py, MTPModule.forward; see model.h).
 #include "model/model.h"
+
+#include <algorithm>
 
 #include <fmt/format.h>
 
@@ -33,21 +36,64 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& path, const LoadOp
   return m;
 }
 
-CacheLayout Model::cache_layout(int64_t block_tokens) const {
+CacheLayout Model::cache_layout(int64_t block_tokens, bool with_mtp) const {
   CacheLayout l;
   l.block_tokens = block_tokens;
-  for (int64_t i = 0; i < cfg_.num_hidden_layers; ++i)
+  const int64_t layers = cfg_.num_hidden_layers + (with_mtp ? num_mtp_modules() : 0);
+  for (int64_t i = 0; i < layers; ++i)
     l.layers.push_back({LayerCacheKind::kKeyValue, cfg_.num_key_value_heads, cfg_.head_dim, 0});
   return l;
 }
 
+Status Model::CheckCacheLayout(const SequenceCache& cache, size_t index, int64_t layers) const {
+  const auto& have = cache.layout().layers;
+  if (static_cast<int64_t>(have.size()) < layers)
+    return Error("cache {} has {} layers, but this needs {} (make its pool with Model::cache_layout(){})", index,
+                 have.size(), layers, layers > cfg_.num_hidden_layers ? ", which includes the MTP modules" : "");
+  for (int64_t l = 0; l < layers; ++l) {
+    const LayerCacheSpec& s = have[static_cast<size_t>(l)];
+    if (s.kind != LayerCacheKind::kKeyValue || s.kv_heads != cfg_.num_key_value_heads || s.head_dim != cfg_.head_dim)
+      return Error("cache {} layer {}: expected keys and values of {} heads x {}, found {}", index, l,
+                   cfg_.num_key_value_heads, cfg_.head_dim,
+                   s.kind == LayerCacheKind::kKeyValue ? fmt::format("{} heads x {}", s.kv_heads, s.head_dim)
+                                                       : std::string("a recurrent state"));
+  }
+  return Status::Ok();
+}
+
+void Model::RunLayer(const LayerWeights& L, int64_t l, const std::vector<TokenSlot>& slots, Tracer* trace) {
+  const int64_t n = static_cast<int64_t>(slots.size()), Hd = cfg_.hidden_size;
+  for (int64_t i = 0; i < n; ++i)
+    RmsNorm(&hidden_[i * Hd], L.input_norm.data(), Hd, cfg_.rms_norm_eps, &normed_[i * Hd]);
+  if (trace) trace->Record(fmt::format("layers.{}.attn_norm", l), normed_.data(), {n, Hd});
+  AttentionForward(cfg_, L.attn, l, inv_freq_.data(), normed_.data(), slots, branch_.data(), scratch_, trace);
+  if (trace) trace->Record(fmt::format("layers.{}.attn_out", l), branch_.data(), {n, Hd});
+  for (int64_t i = 0; i < n * Hd; ++i) hidden_[i] += branch_[i];
+
+  for (int64_t i = 0; i < n; ++i)
+    RmsNorm(&hidden_[i * Hd], L.post_attention_norm.data(), Hd, cfg_.rms_norm_eps, &normed_[i * Hd]);
+  if (trace) trace->Record(fmt::format("layers.{}.ffn_norm", l), normed_.data(), {n, Hd});
+  MoeForward(cfg_, L.moe, l, normed_.data(), n, branch_.data(), scratch_, trace);
+  for (int64_t i = 0; i < n * Hd; ++i) hidden_[i] += branch_[i];
+  if (trace) trace->Record(fmt::format("layers.{}.out", l), hidden_.data(), {n, Hd});
+}
+
 Status Model::Forward(const ForwardBatch& batch, std::span<SequenceCache* const> caches, std::vector<float>& logits,
                       Tracer* trace) {
+  std::vector<float> unused;
+  return Forward(batch, caches, logits, unused, trace);
+}
+
+Status Model::Forward(const ForwardBatch& batch, std::span<SequenceCache* const> caches, std::vector<float>& logits,
+                      std::vector<float>& hidden, Tracer* trace) {
   const int64_t n = static_cast<int64_t>(batch.size());
   const int64_t Hd = cfg_.hidden_size, V = cfg_.vocab_size;
   if (batch.seq.size() != batch.tokens.size() || batch.want_logits.size() != batch.tokens.size())
     return Error("forward batch: tokens ({}), seq ({}) and want_logits ({}) must have the same length",
                  batch.tokens.size(), batch.seq.size(), batch.want_logits.size());
+  if (!batch.want_hidden.empty() && batch.want_hidden.size() != batch.tokens.size())
+    return Error("forward batch: want_hidden has {} flags for {} tokens (expected none or one per token)",
+                 batch.want_hidden.size(), batch.tokens.size());
   if (n == 0) return Status::Ok();
 
   // Validate everything before touching any cache.
@@ -56,6 +102,7 @@ Status Model::Forward(const ForwardBatch& batch, std::span<SequenceCache* const>
     if (caches[c] == nullptr) return Error("forward batch: cache {} is null", c);
     for (size_t d = 0; d < c; ++d)
       if (caches[d] == caches[c]) return Error("forward batch: caches {} and {} are the same object", d, c);
+    M2_RETURN_IF_ERROR(CheckCacheLayout(*caches[c], c, cfg_.num_hidden_layers));
     old[c] = next[c] = caches[c]->length();
   }
   std::vector<TokenSlot> slots(static_cast<size_t>(n));
@@ -77,6 +124,9 @@ Status Model::Forward(const ForwardBatch& batch, std::span<SequenceCache* const>
       return st;
     }
   }
+  for (size_t c = 0; c < caches.size(); ++c)
+    if (next[c] != old[c])
+      for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) caches[c]->set_filled(l, next[c]);
 
   hidden_.resize(static_cast<size_t>(n * Hd));
   normed_.resize(static_cast<size_t>(n * Hd));
@@ -84,22 +134,12 @@ Status Model::Forward(const ForwardBatch& batch, std::span<SequenceCache* const>
   for (int64_t i = 0; i < n; ++i) DequantizeRow(weights_.embed, batch.tokens[i], &hidden_[i * Hd]);
   if (trace) trace->Record("embed", hidden_.data(), {n, Hd});
 
-  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
-    const LayerWeights& L = weights_.layers[l];
-    for (int64_t i = 0; i < n; ++i)
-      RmsNorm(&hidden_[i * Hd], L.input_norm.data(), Hd, cfg_.rms_norm_eps, &normed_[i * Hd]);
-    if (trace) trace->Record(fmt::format("layers.{}.attn_norm", l), normed_.data(), {n, Hd});
-    AttentionForward(cfg_, L.attn, l, inv_freq_.data(), normed_.data(), slots, branch_.data(), scratch_, trace);
-    if (trace) trace->Record(fmt::format("layers.{}.attn_out", l), branch_.data(), {n, Hd});
-    for (int64_t i = 0; i < n * Hd; ++i) hidden_[i] += branch_[i];
+  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) RunLayer(weights_.layers[l], l, slots, trace);
 
+  // The last hidden state (h^0 for MTP) of the rows that want it, before the final norm.
+  if (!batch.want_hidden.empty())
     for (int64_t i = 0; i < n; ++i)
-      RmsNorm(&hidden_[i * Hd], L.post_attention_norm.data(), Hd, cfg_.rms_norm_eps, &normed_[i * Hd]);
-    if (trace) trace->Record(fmt::format("layers.{}.ffn_norm", l), normed_.data(), {n, Hd});
-    MoeForward(cfg_, L.moe, l, normed_.data(), n, branch_.data(), scratch_, trace);
-    for (int64_t i = 0; i < n * Hd; ++i) hidden_[i] += branch_[i];
-    if (trace) trace->Record(fmt::format("layers.{}.out", l), hidden_.data(), {n, Hd});
-  }
+      if (batch.want_hidden[i]) hidden.insert(hidden.end(), &hidden_[i * Hd], &hidden_[(i + 1) * Hd]);
 
   // Final norm and lm_head only for the rows that want logits.
   int64_t rows = 0;
@@ -115,6 +155,108 @@ Status Model::Forward(const ForwardBatch& batch, std::span<SequenceCache* const>
   Linear(weights_.lm_head, normed_.data(), rows, logits.data() + base);
   if (trace) trace->Record("logits", logits.data() + base, {rows, V});
   return Status::Ok();
+}
+
+Status Model::ForwardMtp(int64_t module, const MtpBatch& batch, std::span<const float> hidden_in,
+                         std::span<SequenceCache* const> caches, std::vector<float>& logits,
+                         std::vector<float>& hidden_out, Tracer* trace) {
+  const int64_t n = static_cast<int64_t>(batch.size());
+  const int64_t Hd = cfg_.hidden_size, V = cfg_.vocab_size;
+  if (weights_.mtp.empty()) return Error("this model has no MTP modules ({})", weights_.mtp_status);
+  if (module < 0 || module >= num_mtp_modules())
+    return Error("MTP module {} does not exist: the model has modules 0..{}", module, num_mtp_modules() - 1);
+  if (batch.seq.size() != batch.tokens.size() || batch.pos.size() != batch.tokens.size() ||
+      batch.want_logits.size() != batch.tokens.size())
+    return Error("MTP batch: tokens ({}), seq ({}), pos ({}) and want_logits ({}) must have the same length",
+                 batch.tokens.size(), batch.seq.size(), batch.pos.size(), batch.want_logits.size());
+  if (hidden_in.size() != static_cast<size_t>(n * Hd))
+    return Error("MTP batch: hidden_in has {} floats, expected {} rows x hidden {} = {}", hidden_in.size(), n, Hd,
+                 n * Hd);
+  if (n == 0) return Status::Ok();
+  const int64_t layer = mtp_cache_layer(module);
+
+  // Validate everything before touching any cache.
+  std::vector<int64_t> first(caches.size(), -1), next(caches.size(), -1);
+  for (size_t c = 0; c < caches.size(); ++c) {
+    if (caches[c] == nullptr) return Error("MTP batch: cache {} is null", c);
+    for (size_t d = 0; d < c; ++d)
+      if (caches[d] == caches[c]) return Error("MTP batch: caches {} and {} are the same object", d, c);
+    M2_RETURN_IF_ERROR(CheckCacheLayout(*caches[c], c, layer + 1));
+  }
+  std::vector<TokenSlot> slots(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t tok = batch.tokens[i], sq = batch.seq[i];
+    const int64_t pos = batch.pos[i];
+    if (tok < 0 || tok >= V) return Error("token id {} at MTP batch index {} is outside the vocabulary [0, {})", tok, i, V);
+    if (sq < 0 || static_cast<size_t>(sq) >= caches.size())
+      return Error("MTP batch index {} names sequence {}, but {} caches were given", i, sq, caches.size());
+    const SequenceCache& c = *caches[sq];
+    if (next[sq] < 0) {
+      if (pos < 0 || pos > c.filled(layer))
+        return Error("MTP module {}: sequence {} starts at position {}, but its module cache is filled up to {} (a "
+                     "sequence's first row must be at a position in [0, {}])",
+                     module, sq, pos, c.filled(layer), c.filled(layer));
+      first[sq] = pos;
+    } else if (pos != next[sq]) {
+      return Error("MTP module {}: MTP batch index {} of sequence {} is at position {}, expected {} (a sequence's rows "
+                   "are consecutive positions)",
+                   module, i, sq, pos, next[sq]);
+    }
+    if (pos >= c.length())
+      return Error("MTP module {}: sequence {} position {} is past what the trunk has run ({} positions); module k at "
+                   "position i needs the trunk's hidden state there",
+                   module, sq, pos, c.length());
+    next[sq] = pos + 1;
+    slots[i] = {caches[sq], pos};
+  }
+  // Positions below length() may sit in blocks shared with a fork: copy those first.
+  for (size_t c = 0; c < caches.size(); ++c)
+    if (first[c] >= 0) M2_RETURN_IF_ERROR(caches[c]->Unshare(first[c], next[c]));
+
+  const MtpWeights& w = weights_.mtp[static_cast<size_t>(module)];
+  const auto name = [&](const char* stage) { return fmt::format("mtp.{}.{}", module, stage); };
+  // [hnorm(h^k) ; enorm(embed[t])]: [n, 2*hidden], hidden first (torch.cat order in MTPModule.forward).
+  mtp_in_.resize(static_cast<size_t>(n * 2 * Hd));
+  embed_row_.resize(static_cast<size_t>(Hd));
+  for (int64_t i = 0; i < n; ++i) {
+    RmsNorm(&hidden_in[i * Hd], w.hnorm.data(), Hd, cfg_.rms_norm_eps, &mtp_in_[i * 2 * Hd]);
+    DequantizeRow(weights_.embed, batch.tokens[i], embed_row_.data());
+    RmsNorm(embed_row_.data(), w.enorm.data(), Hd, cfg_.rms_norm_eps, &mtp_in_[i * 2 * Hd + Hd]);
+  }
+  if (trace) trace->Record(name("eh_in"), mtp_in_.data(), {n, 2 * Hd});
+  hidden_.resize(static_cast<size_t>(n * Hd));
+  normed_.resize(static_cast<size_t>(n * Hd));
+  branch_.resize(static_cast<size_t>(n * Hd));
+  Linear(w.eh_proj, mtp_in_.data(), n, hidden_.data());  // z [n, hidden]
+  if (trace) trace->Record(name("eh_proj"), hidden_.data(), {n, Hd});
+
+  RunLayer(w.layer, layer, slots, trace);  // h^{k+1} [n, hidden], in hidden_
+  for (size_t c = 0; c < caches.size(); ++c)
+    if (first[c] >= 0) caches[c]->set_filled(layer, next[c]);
+  hidden_out.insert(hidden_out.end(), hidden_.begin(), hidden_.begin() + n * Hd);
+
+  // The module's own final norm, then the shared lm_head, for the rows that want logits.
+  int64_t rows = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!batch.want_logits[i]) continue;
+    RmsNorm(&hidden_[i * Hd], w.final_norm.data(), Hd, cfg_.rms_norm_eps, &normed_[rows * Hd]);
+    ++rows;
+  }
+  if (rows == 0) return Status::Ok();
+  if (trace) trace->Record(name("final_norm"), normed_.data(), {rows, Hd});
+  const size_t base = logits.size();
+  logits.resize(base + static_cast<size_t>(rows * V));
+  Linear(weights_.lm_head, normed_.data(), rows, logits.data() + base);
+  if (trace) trace->Record(name("logits"), logits.data() + base, {rows, V});
+  return Status::Ok();
+}
+
+void Model::TruncateMtp(SequenceCache& cache, int64_t kept_tokens) const {
+  const auto layers = static_cast<int64_t>(cache.layout().layers.size());
+  for (int64_t k = 0; k < num_mtp_modules() && mtp_cache_layer(k) < layers; ++k) {
+    const int64_t l = mtp_cache_layer(k);
+    cache.set_filled(l, std::clamp<int64_t>(kept_tokens - k - 1, 0, cache.filled(l)));
+  }
 }
 
 }  // namespace m2

@@ -26,10 +26,36 @@ struct ForwardBatch {
   std::vector<int32_t> tokens;
   std::vector<int32_t> seq;
   std::vector<uint8_t> want_logits;  // 1: compute logits for this token
+  // Optional: empty, or one flag per token. 1: return this token's last hidden state
+  // (see the Forward overload with `hidden`). Add() fills it.
+  std::vector<uint8_t> want_hidden;
 
-  void Add(int32_t token, int32_t sequence, bool logits) {
+  void Add(int32_t token, int32_t sequence, bool logits, bool hidden = false) {
+    want_hidden.resize(tokens.size(), 0);  // rows added without Add() want none
     tokens.push_back(token);
     seq.push_back(sequence);
+    want_logits.push_back(logits ? 1 : 0);
+    want_hidden.push_back(hidden ? 1 : 0);
+  }
+  size_t size() const { return tokens.size(); }
+};
+
+// Rows for one MTP module (Model::ForwardMtp). Row r belongs to sequence seq[r] (an index
+// into the caches passed) at position pos[r] = i of that sequence. For module k its
+// inputs are h^k_i (row r of ForwardMtp's `hidden_in`) and tokens[r] = t_{i+k+1}, the
+// token k+1 places after position i; its logits predict t_{i+k+2}. The rows of one
+// sequence are consecutive positions in batch order (other sequences' rows may come in
+// between).
+struct MtpBatch {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> seq;
+  std::vector<int64_t> pos;
+  std::vector<uint8_t> want_logits;  // 1: compute logits for this row
+
+  void Add(int32_t token, int32_t sequence, int64_t position, bool logits) {
+    tokens.push_back(token);
+    seq.push_back(sequence);
+    pos.push_back(position);
     want_logits.push_back(logits ? 1 : 0);
   }
   size_t size() const { return tokens.size(); }
@@ -48,23 +74,83 @@ class Model {
   const ModelWeights& weights() const { return weights_; }
   const TensorStore& store() const { return *store_; }
 
-  // The cache shape this model needs (one KV layer per decoder layer).
-  CacheLayout cache_layout(int64_t block_tokens = 16) const;
+  // The cache shape this model needs: one KV layer per decoder layer of the trunk
+  // (layers 0..L-1), then, when the model has MTP modules and `with_mtp`, one KV layer
+  // per module (module k: layer L+k, see mtp_cache_layer).
+  CacheLayout cache_layout(int64_t block_tokens = 16, bool with_mtp = true) const;
 
   // Runs `batch`. Appends to `logits` one row of vocab_size floats for every token with
   // want_logits, in batch order. Bad input (token ids out of range, a sequence index
-  // without a cache, positions past max_position_embeddings) is an error, and then no
-  // cache is changed.
+  // without a cache, positions past max_position_embeddings, a cache of another shape)
+  // is an error, and then no cache is changed. Sets filled(l) = length() for the
+  // trunk's layers l of every cache that grew.
   Status Forward(const ForwardBatch& batch, std::span<SequenceCache* const> caches, std::vector<float>& logits,
                  Tracer* trace = nullptr);
+  // The same, and appends to `hidden` one row of hidden_size floats for every token with
+  // want_hidden, in batch order: the output of the last decoder layer BEFORE model.norm,
+  // i.e. h^0_i, the hidden input of MTP module 0 at that token's position i.
+  Status Forward(const ForwardBatch& batch, std::span<SequenceCache* const> caches, std::vector<float>& logits,
+                 std::vector<float>& hidden, Tracer* trace = nullptr);
+
+  // --- Multi-token prediction (MODEL_SPEC.md "MTP"; reference: tools/train/model.py,
+  // MTPModule.forward and M2Tiny.forward_all). Module k at position i:
+  //   z      = eh_proj( concat[ rmsnorm(h^k_i, hnorm) ; rmsnorm(embed[t_{i+k+1}], enorm) ] )  [hidden]
+  //   h^{k+1}_i = DecoderLayer_k(z)     causal over positions 0..i of module k's own cache
+  //                                     layer, RoPE position i (the same positions as the trunk)
+  //   logits = lm_head( rmsnorm(h^{k+1}_i, shared_head.norm) )   predicts t_{i+k+2}
+  // h^0_i is the trunk's last hidden state (Forward with want_hidden); h^{k+1}_i, module
+  // k's output, is the hidden input of module k+1 at the same position i.
+  int64_t num_mtp_modules() const { return static_cast<int64_t>(weights_.mtp.size()); }
+  int64_t mtp_cache_layer(int64_t k) const { return cfg_.num_hidden_layers + k; }
+
+  // Runs MTP module `module` on `batch`. hidden_in: [batch.size(), hidden_size], row r =
+  // h^k at row r's position. Appends to `logits` one row of vocab_size floats per row
+  // with want_logits, and to `hidden_out` one row of hidden_size floats per row (h^{k+1},
+  // the next module's hidden input), both in batch order.
+  // Cache: row r writes module k's K/V at position pos[r] of its sequence's cache (layer
+  // mtp_cache_layer(k)) and attends to that layer's positions 0..pos[r]. PRECONDITIONS,
+  // checked (an error, and then no cache is changed): a sequence's first row is at a
+  // position <= cache.filled(mtp_cache_layer(k)) (no gaps), and its last row below
+  // cache.length() (the trunk has run there). Afterwards filled = last row's position + 1:
+  // positions written again invalidate the later ones.
+  //
+  // Drafting K tokens for one sequence whose trunk has run t_0..t_{N-1} (cache length N)
+  // and whose next token t_N is chosen: let s = cache.filled(mtp_cache_layer(K-1)) (the
+  // module furthest behind; filled only ever lags more for later modules). For k = 0..K-1
+  // run module k on positions i = s..N-1 with tokens t_{i+k+1} and hidden h^k_i (k = 0:
+  // the trunk's hidden rows, kept from the Forward calls that computed them; k > 0: module
+  // k-1's hidden_out), logits wanted for the last row only: that row's argmax/sample is
+  // the draft d_{N+k+1}, and it is the token row N-1 of module k+1 reads. Rows before
+  // N-1 recompute entries that may have read earlier drafts; rows already right are
+  // recomputed identically. Then the trunk verifies t_N, d_{N+1}, ... in one Forward.
+  // On rejection: Truncate the cache to the trunk's accepted length, then TruncateMtp
+  // with the number of leading tokens that are still what the module entries read.
+  Status ForwardMtp(int64_t module, const MtpBatch& batch, std::span<const float> hidden_in,
+                    std::span<SequenceCache* const> caches, std::vector<float>& logits,
+                    std::vector<float>& hidden_out, Tracer* trace = nullptr);
+
+  // Forgets every MTP cache entry that read a token at index >= kept_tokens: module k's
+  // entry at position i read tokens up to t_{i+k+1}, so filled(mtp_cache_layer(k)) becomes
+  // at most max(0, kept_tokens - k - 1). kept_tokens counts the tokens t_0.. that are
+  // unchanged since the entries were computed (the accepted prefix of the drafted
+  // sequence, NOT counting a corrected token sampled after it). Cache blocks are not
+  // released here (Truncate does that); forgotten positions are simply written again.
+  void TruncateMtp(SequenceCache& cache, int64_t kept_tokens) const;
 
  private:
   ModelConfig cfg_;
   std::unique_ptr<TensorStore> store_;
   ModelWeights weights_;
   std::vector<float> inv_freq_;  // [rotary_dim / 2]
+  // Checks a cache handed to Forward / ForwardMtp has this model's layers up to `layers`.
+  Status CheckCacheLayout(const SequenceCache& cache, size_t index, int64_t layers) const;
+  // One decoder layer on hidden_ [n, hidden] in place: h += attn(rmsnorm(h)); h += moe(rmsnorm(h)).
+  // `layer` is both the cache layer and the trace name ("layers.<layer>.*").
+  void RunLayer(const LayerWeights& w, int64_t layer, const std::vector<TokenSlot>& slots, Tracer* trace);
+
   Scratch scratch_;
   std::vector<float> hidden_, normed_, branch_;
+  std::vector<float> mtp_in_, embed_row_;  // ForwardMtp: [n, 2*hidden] and [hidden]
 };
 
 }  // namespace m2

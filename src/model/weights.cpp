@@ -32,6 +32,28 @@ Result<std::vector<float>> LoadVector(const TensorStore& store, const std::strin
 Result<LinearWeight> LoadLinear(const ModelConfig& cfg, const TensorStore& store, const std::string& prefix,
                                 int64_t rows, int64_t cols, bool allow_fp8 = true) {
   const std::string name = prefix + ".weight";
+  // m2 quantize output: int8 (q8) or packed 4-bit (q4) with f16 scales per 32 columns.
+  if (store.Has(prefix + ".weight_qscale")) {
+    if (cols % kQuantGroup != 0)
+      return Error("tensor '{}': quantized weights need a multiple of 32 columns, found {}", name, cols);
+    M2_ASSIGN_OR_RETURN(TensorView s, store.Get(prefix + ".weight_qscale", {DType::kF16}, {rows, cols / kQuantGroup}));
+    M2_ASSIGN_OR_RETURN(TensorView q, store.Get(name));
+    LinearWeight w;
+    w.rows = rows;
+    w.cols = cols;
+    w.scale = s.data;
+    if (q.dtype == DType::kI8 && q.shape == std::vector<int64_t>{rows, cols}) {
+      w.format = WeightFormat::kQ8;
+    } else if (q.dtype == DType::kU8 && q.shape == std::vector<int64_t>{rows, cols / 2}) {
+      w.format = WeightFormat::kQ4;
+    } else {
+      return Error("tensor '{}': expected I8 {} (q8) or U8 {} (q4) beside its weight_qscale, found {} {}", name,
+                   ShapeString({rows, cols}), ShapeString({rows, cols / 2}), DTypeName(q.dtype),
+                   ShapeString(q.shape));
+    }
+    w.data = q.data;
+    return w;
+  }
   std::initializer_list<DType> plain = {DType::kF32, DType::kBF16, DType::kF16};
   std::initializer_list<DType> any = {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3};
   M2_ASSIGN_OR_RETURN(TensorView v, store.Get(name, allow_fp8 ? any : plain, {rows, cols}));
@@ -100,6 +122,87 @@ Result<MoeWeights> LoadMoe(const ModelConfig& cfg, const TensorStore& store, con
   return m;
 }
 
+// One decoder layer at `p` ("model.layers.N"): norms, attention, MoE.
+Result<LayerWeights> LoadDecoderLayer(const ModelConfig& cfg, const TensorStore& store, const std::string& p) {
+  const int64_t H = cfg.hidden_size;
+  LayerWeights L;
+  M2_ASSIGN_OR_RETURN(L.input_norm, LoadVector(store, p + ".input_layernorm.weight", H));
+  M2_ASSIGN_OR_RETURN(L.post_attention_norm, LoadVector(store, p + ".post_attention_layernorm.weight", H));
+  const std::string a = p + ".self_attn";
+  M2_ASSIGN_OR_RETURN(L.attn.q, LoadLinear(cfg, store, a + ".q_proj", cfg.q_dim(), H));
+  M2_ASSIGN_OR_RETURN(L.attn.k, LoadLinear(cfg, store, a + ".k_proj", cfg.kv_dim(), H));
+  M2_ASSIGN_OR_RETURN(L.attn.v, LoadLinear(cfg, store, a + ".v_proj", cfg.kv_dim(), H));
+  M2_ASSIGN_OR_RETURN(L.attn.o, LoadLinear(cfg, store, a + ".o_proj", H, cfg.q_dim()));
+  if (cfg.use_qk_norm) {
+    M2_ASSIGN_OR_RETURN(L.attn.q_norm, LoadVector(store, a + ".q_norm.weight", cfg.q_dim()));
+    M2_ASSIGN_OR_RETURN(L.attn.k_norm, LoadVector(store, a + ".k_norm.weight", cfg.kv_dim()));
+  }
+  M2_ASSIGN_OR_RETURN(L.moe, LoadMoe(cfg, store, p));
+  return L;
+}
+
+// The tensors only an MTP module has (the rest of it is an ordinary decoder layer).
+constexpr const char* kMtpOwnTensors[] = {".hnorm.weight", ".enorm.weight", ".eh_proj.weight",
+                                          ".shared_head.norm.weight"};
+
+std::string MtpPrefix(const ModelConfig& cfg, int64_t k) {
+  return fmt::format("model.layers.{}", cfg.num_hidden_layers + k);
+}
+
+// Fills w.mtp and w.mtp_status (see weights.h for when modules are bound).
+Status LoadMtp(const ModelConfig& cfg, const TensorStore& store, ModelWeights& w) {
+  const int64_t H = cfg.hidden_size, L = cfg.num_hidden_layers;
+  const bool wanted = cfg.use_mtp && cfg.num_mtp_modules > 0;
+  // Which modules' own tensors are in the checkpoint (module 0 only when none is wanted).
+  std::vector<int64_t> found;
+  for (int64_t k = 0; k < (wanted ? cfg.num_mtp_modules : 1); ++k)
+    for (const char* t : kMtpOwnTensors)
+      if (store.Has(MtpPrefix(cfg, k) + t)) {
+        found.push_back(k);
+        break;
+      }
+  if (!wanted) {
+    w.mtp_status = found.empty() ? "none (config.json: use_mtp false)"
+                                 : fmt::format("none: the checkpoint has MTP tensors at {}.* but config.json does not "
+                                               "enable them (use_mtp {}, num_mtp_modules {}); they are not used",
+                                               MtpPrefix(cfg, 0), cfg.use_mtp, cfg.num_mtp_modules);
+    return Status::Ok();
+  }
+  if (found.empty()) {
+    w.mtp_status = fmt::format("none: config.json says use_mtp with {} modules, but the checkpoint has no MTP tensors "
+                               "(looked for {}{} ...); MTP disabled",
+                               cfg.num_mtp_modules, MtpPrefix(cfg, 0), kMtpOwnTensors[2]);
+    return Status::Ok();
+  }
+  if (cfg.mtp_transformer_layers != 1)
+    return Error("config field \"mtp_transformer_layers\": expected 1 (one decoder layer per MTP module, the layout of "
+                 "tools/train/model.py), found {}",
+                 cfg.mtp_transformer_layers);
+  // From here on every module must be complete: a missing or misshaped tensor is an error.
+  w.mtp.resize(static_cast<size_t>(cfg.num_mtp_modules));
+  for (int64_t k = 0; k < cfg.num_mtp_modules; ++k) {
+    const std::string p = MtpPrefix(cfg, k);
+    MtpWeights& m = w.mtp[static_cast<size_t>(k)];
+    const auto bind = [&]() -> Status {
+      M2_ASSIGN_OR_RETURN(m.hnorm, LoadVector(store, p + ".hnorm.weight", H));
+      M2_ASSIGN_OR_RETURN(m.enorm, LoadVector(store, p + ".enorm.weight", H));
+      M2_ASSIGN_OR_RETURN(m.eh_proj, LoadLinear(cfg, store, p + ".eh_proj", H, 2 * H));
+      M2_ASSIGN_OR_RETURN(m.layer, LoadDecoderLayer(cfg, store, p));
+      M2_ASSIGN_OR_RETURN(m.final_norm, LoadVector(store, p + ".shared_head.norm.weight", H));
+      return Status::Ok();
+    };
+    Status st = bind();
+    if (!st.ok())
+      return st.WithContext(fmt::format("MTP module {} of {} (config.json: use_mtp, num_mtp_modules {}; the checkpoint "
+                                        "has MTP tensors at {}.*)",
+                                        k, cfg.num_mtp_modules, cfg.num_mtp_modules, MtpPrefix(cfg, found[0])));
+  }
+  w.mtp_status = cfg.num_mtp_modules == 1
+                     ? fmt::format("1 module at model.layers.{}", L)
+                     : fmt::format("{} modules at model.layers.{}..{}", cfg.num_mtp_modules, L, L + cfg.num_mtp_modules - 1);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<ModelWeights> LoadModelWeights(const ModelConfig& cfg, const TensorStore& store,
@@ -115,24 +218,12 @@ Result<ModelWeights> LoadModelWeights(const ModelConfig& cfg, const TensorStore&
   M2_ASSIGN_OR_RETURN(w.final_norm, LoadVector(store, "model.norm.weight", H));
   w.layers.resize(static_cast<size_t>(cfg.num_hidden_layers));
   for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
-    const std::string p = fmt::format("model.layers.{}", l);
-    LayerWeights& L = w.layers[l];
-    M2_ASSIGN_OR_RETURN(L.input_norm, LoadVector(store, p + ".input_layernorm.weight", H));
-    M2_ASSIGN_OR_RETURN(L.post_attention_norm, LoadVector(store, p + ".post_attention_layernorm.weight", H));
-    const std::string a = p + ".self_attn";
-    M2_ASSIGN_OR_RETURN(L.attn.q, LoadLinear(cfg, store, a + ".q_proj", cfg.q_dim(), H));
-    M2_ASSIGN_OR_RETURN(L.attn.k, LoadLinear(cfg, store, a + ".k_proj", cfg.kv_dim(), H));
-    M2_ASSIGN_OR_RETURN(L.attn.v, LoadLinear(cfg, store, a + ".v_proj", cfg.kv_dim(), H));
-    M2_ASSIGN_OR_RETURN(L.attn.o, LoadLinear(cfg, store, a + ".o_proj", H, cfg.q_dim()));
-    if (cfg.use_qk_norm) {
-      M2_ASSIGN_OR_RETURN(L.attn.q_norm, LoadVector(store, a + ".q_norm.weight", cfg.q_dim()));
-      M2_ASSIGN_OR_RETURN(L.attn.k_norm, LoadVector(store, a + ".k_norm.weight", cfg.kv_dim()));
-    }
-    M2_ASSIGN_OR_RETURN(L.moe, LoadMoe(cfg, store, p));
+    M2_ASSIGN_OR_RETURN(w.layers[l], LoadDecoderLayer(cfg, store, fmt::format("model.layers.{}", l)));
     if (on_layer) on_layer(l + 1, cfg.num_hidden_layers);
   }
   w.moe_layout = store.Has("model.layers.0.block_sparse_moe.gate.weight") ? "block_sparse_moe (released)"
                                                                           : "mlp, fused experts (transformers)";
+  M2_RETURN_IF_ERROR(LoadMtp(cfg, store, w));
   return w;
 }
 

@@ -43,14 +43,39 @@ struct LayerWeights {
   MoeWeights moe;
 };
 
+// One multi-token-prediction module (MODEL_SPEC.md "MTP"; our layout is defined by
+// tools/train/model.py, MTPModule and released_state_dict). Module k (0-based) lives at
+// layer index L + k, L = num_hidden_layers:
+//   model.layers.{L+k}.hnorm.weight [hidden]              RMSNorm of the previous hidden h^k
+//   model.layers.{L+k}.enorm.weight [hidden]              RMSNorm of the next token's embedding
+//   model.layers.{L+k}.eh_proj.weight [hidden, 2*hidden]  on concat[hnorm(h) ; enorm(e)]
+//   model.layers.{L+k}.{input_layernorm, self_attn.*, post_attention_layernorm,
+//                       block_sparse_moe.* or mlp.*}     one decoder layer, as in the trunk
+//   model.layers.{L+k}.shared_head.norm.weight [hidden]   final RMSNorm before the shared lm_head
+struct MtpWeights {
+  std::vector<float> hnorm, enorm;  // [hidden]
+  LinearWeight eh_proj;             // [hidden, 2*hidden]; columns [0, hidden) take the hidden state
+  LayerWeights layer;
+  std::vector<float> final_norm;  // [hidden] (shared_head.norm)
+};
+
 struct ModelWeights {
   LinearWeight embed;    // [vocab, hidden]
   LinearWeight lm_head;  // [vocab, hidden] (the embedding when tied)
   std::vector<float> final_norm;
   std::vector<LayerWeights> layers;
   std::string moe_layout;  // "block_sparse_moe" or "mlp (fused experts)"
+  // The MTP modules, empty when the model has none (see LoadModelWeights), and one line
+  // saying which: "3 modules at model.layers.62..64", or why there are none.
+  std::vector<MtpWeights> mtp;
+  std::string mtp_status;
 };
 
+// MTP modules are bound when the config says use_mtp with num_mtp_modules > 0 AND the
+// checkpoint has an MTP tensor (hnorm, enorm, eh_proj or shared_head.norm) of some module:
+// then every module's tensors must be there with the right dtype and shape, or it is an
+// error naming the tensor. A config that says use_mtp over a checkpoint without MTP
+// tensors (the released MiniMax-M2 files) loads with no modules and says so in mtp_status.
 // `on_layer(i, n)` is called after each layer is bound (for progress displays).
 Result<ModelWeights> LoadModelWeights(const ModelConfig& cfg, const TensorStore& store,
                                       const std::function<void(int64_t, int64_t)>& on_layer = {});

@@ -87,5 +87,51 @@ TEST(KvCacheTest, RecurrentStateLayersHaveFixedStateAndForkCopiesIt) {
   EXPECT_FALSE(a.Truncate(1).ok());  // a recurrent state cannot be rolled back
 }
 
+// Per-layer fill levels (MTP module layers lag behind the trunk's): Truncate lowers them,
+// Fork copies them, moves carry them.
+TEST(KvCacheTest, FilledIsPerLayerAndFollowsTruncateForkAndMove) {
+  KvBlockPool pool(Layout());
+  SequenceCache a(&pool);
+  ASSERT_TRUE(a.Extend(5).ok());
+  EXPECT_EQ(a.filled(0), 0);
+  a.set_filled(0, 5);
+  a.set_filled(1, 3);
+  SequenceCache b = a.Fork();
+  EXPECT_EQ(b.filled(0), 5);
+  EXPECT_EQ(b.filled(1), 3);
+  ASSERT_TRUE(a.Truncate(4).ok());
+  EXPECT_EQ(a.filled(0), 4);
+  EXPECT_EQ(a.filled(1), 3);
+  ASSERT_TRUE(a.Truncate(2).ok());
+  EXPECT_EQ(a.filled(1), 2);
+  EXPECT_EQ(b.filled(0), 5);  // the fork is its own
+  SequenceCache c = std::move(b);
+  EXPECT_EQ(c.filled(1), 3);
+  EXPECT_EQ(b.filled(1), 0);  // NOLINT(bugprone-use-after-move): a moved-from cache is empty
+  ASSERT_TRUE(a.Extend(6).ok());
+  EXPECT_EQ(a.filled(0), 2);  // Extend makes positions writable, not filled
+}
+
+// Writing below length() (an MTP layer catching up) needs the blocks unshared first.
+TEST(KvCacheTest, UnshareCopiesOnlySharedBlocksInRange) {
+  KvBlockPool pool(Layout());  // 2 positions per block
+  SequenceCache a(&pool);
+  ASSERT_TRUE(a.Extend(6).ok());  // blocks 0, 1, 2
+  a.K(1, 3)[0] = 7.0f;
+  SequenceCache b = a.Fork();
+  EXPECT_EQ(pool.blocks_in_use(), 3);
+  ASSERT_TRUE(b.Unshare(3, 5).ok());  // positions 3, 4: blocks 1 and 2
+  EXPECT_EQ(pool.blocks_in_use(), 5);
+  EXPECT_EQ(b.block_table()[0], a.block_table()[0]);
+  EXPECT_NE(b.block_table()[1], a.block_table()[1]);
+  EXPECT_NE(b.block_table()[2], a.block_table()[2]);
+  EXPECT_EQ(b.K(1, 3)[0], 7.0f);  // copied, not cleared
+  b.K(1, 3)[0] = 8.0f;
+  EXPECT_EQ(a.K(1, 3)[0], 7.0f);
+  ASSERT_TRUE(b.Unshare(2, 6).ok());  // already its own: nothing to copy
+  EXPECT_EQ(pool.blocks_in_use(), 5);
+  ASSERT_TRUE(b.Unshare(4, 4).ok());  // empty range
+}
+
 }  // namespace
 }  // namespace m2
