@@ -140,37 +140,16 @@ TensorView SafetensorsFile::View(const SafetensorsEntry& e) const {
 
 Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsTensorOut>& tensors,
                         const std::map<std::string, std::string>& metadata) {
-  json header = json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
   // Larger elements first keeps every tensor aligned to its element size.
   std::vector<const SafetensorsTensorOut*> order;
   for (const auto& t : tensors) order.push_back(&t);
   std::stable_sort(order.begin(), order.end(),
                    [](auto* a, auto* b) { return DTypeSize(a->dtype) > DTypeSize(b->dtype); });
-  uint64_t offset = 0;
-  std::vector<uint64_t> sizes;
-  for (const auto* t : order) {
-    uint64_t numel = 1;
-    for (int64_t d : t->shape) numel *= static_cast<uint64_t>(d);
-    const uint64_t bytes = numel * DTypeSize(t->dtype);
-    header[t->name] = {{"dtype", std::string(DTypeName(t->dtype))},
-                       {"shape", t->shape},
-                       {"data_offsets", {offset, offset + bytes}}};
-    sizes.push_back(bytes);
-    offset += bytes;
-  }
-  std::string text = header.dump();
-  while ((8 + text.size()) % 8 != 0) text.push_back(' ');
-  FILE* out = std::fopen(path.c_str(), "wb");
-  if (out == nullptr) return Error("cannot create '{}': {}", path, std::strerror(errno));
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
-  bool ok = std::fwrite(len, 1, 8, out) == 8 && std::fwrite(text.data(), 1, text.size(), out) == text.size();
-  for (size_t i = 0; ok && i < order.size(); ++i)
-    ok = sizes[i] == 0 || std::fwrite(order[i]->data, 1, sizes[i], out) == sizes[i];
-  ok = (std::fclose(out) == 0) && ok;
-  if (!ok) return Error("error while writing '{}'", path);
-  return Status::Ok();
+  std::vector<SafetensorsTensorSpec> specs;
+  for (const auto* t : order) specs.push_back({t->name, t->dtype, t->shape});
+  return WriteSafetensorsStreaming(path, specs, metadata, [&](size_t i, uint64_t offset, uint8_t* buf, size_t n) {
+    std::memcpy(buf, static_cast<const uint8_t*>(order[i]->data) + offset, n);
+  });
 }
 
 }  // namespace m2
