@@ -21,6 +21,8 @@ struct PerplexityOptions {
   std::string file;
   int64_t context = 0;
   int64_t stride = 0;
+  std::string reference;
+  bool special = false;
   bool json = false;
 };
 
@@ -29,11 +31,18 @@ int Run(const PerplexityOptions& o) {
   if (!text.ok()) return Fail(text.status());
   auto model = Model::Load(o.model, {.progress = !o.json});
   if (!model.ok()) return Fail(model.status());
+  std::unique_ptr<Model> reference;
+  if (!o.reference.empty()) {
+    auto ref = Model::Load(o.reference, {.progress = !o.json});
+    if (!ref.ok()) return Fail(Status(ref.status()).WithContext("--reference"));
+    reference = std::move(*ref);
+  }
   auto tokenizer = text::Tokenizer::Load(o.model);
   if (!tokenizer.ok())
     return Fail(Status(tokenizer.status()).WithContext("m2 perplexity needs the model's tokenizer.json"));
-  // The file is plain text: special-token strings in it are scored as the text they are.
-  const std::vector<int32_t> ids = (*tokenizer)->Encode(*text, /*parse_special=*/false);
+  // By default the file is plain text: special-token strings in it are scored as the text
+  // they are. --special reads them as the special tokens (chat transcripts).
+  const std::vector<int32_t> ids = (*tokenizer)->Encode(*text, /*parse_special=*/o.special);
 
   runtime::PerplexityOptions p;
   const int64_t max_pos = (*model)->config().max_position_embeddings;
@@ -45,11 +54,13 @@ int Run(const PerplexityOptions& o) {
                                : 1;
   Progress progress("perplexity", windows * std::min<uint64_t>(ids.size(), p.context), "tokens", !o.json);
   p.on_progress = [&](int64_t done) { progress.Update(static_cast<uint64_t>(done)); };
+  p.reference = reference.get();
   auto r = runtime::ComputePerplexity(**model, ids, p);
   if (!r.ok()) return Fail(Status(r.status()).WithContext(o.file));
   progress.Finish();
   if (o.json) {
     nlohmann::ordered_json j = {{"perplexity", r->perplexity},
+                                {"special_tokens", o.special},
                                 {"mean_nll", r->mean_nll},
                                 {"tokens", r->tokens},
                                 {"scored_tokens", r->scored_tokens},
@@ -59,6 +70,12 @@ int Run(const PerplexityOptions& o) {
                                 {"evaluated_tokens", r->evaluated_tokens},
                                 {"seconds", r->seconds},
                                 {"tokens_per_second", r->tokens_per_second()}};
+    if (r->has_reference) {
+      const auto& c = r->reference;
+      j["reference"] = {{"model", o.reference},        {"perplexity", c.perplexity}, {"mean_nll", c.mean_nll},
+                        {"mean_kl", c.mean_kl},         {"kl_p99", c.kl_p99},         {"max_kl", c.max_kl},
+                        {"top1_agreement", c.top1_agreement}};
+    }
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("perplexity %.4f (mean NLL %.6f nats over %lld scored tokens of %lld)\n", r->perplexity, r->mean_nll,
@@ -67,6 +84,13 @@ int Run(const PerplexityOptions& o) {
                 static_cast<long long>(r->windows), static_cast<long long>(p.context),
                 static_cast<long long>(p.stride), static_cast<long long>(r->evaluated_tokens), r->seconds,
                 r->tokens_per_second());
+    if (r->has_reference) {
+      const auto& c = r->reference;
+      std::printf("reference %s: perplexity %.4f (%+.3f%% for this model)\n", o.reference.c_str(), c.perplexity,
+                  100.0 * (r->perplexity / c.perplexity - 1.0));
+      std::printf("KL(reference || model): mean %.6f nats, 99th percentile %.6f, max %.6f; same top token %.2f%%\n",
+                  c.mean_kl, c.kl_p99, c.max_kl, 100.0 * c.top1_agreement);
+    }
   }
   return 0;
 }
@@ -84,6 +108,13 @@ void AddPerplexity(CLI::App& app, Runner& run) {
                   "Tokens between window starts; each window scores only tokens no earlier window scored "
                   "(default: context / 2; = context for disjoint windows)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--reference", o->reference,
+                  "Also run this model folder (same tokenizer, e.g. the BF16 model a quantized one was made from) "
+                  "over the same windows and report its perplexity, the mean KL divergence KL(reference || model) "
+                  "per token and how often both pick the same top token. Both models are loaded at once.");
+  cmd->add_flag("--special", o->special,
+               "Read special-token strings in the file (e.g. ]~b]ai, [e~[, <think>) as the special tokens, "
+               "for chat transcripts rendered with the chat template; by default they are plain text");
   cmd->add_flag("--json", o->json, "Print the result as JSON");
   cmd->callback([o, &run] { run = [o] { return Run(*o); }; });
 }

@@ -13,6 +13,13 @@
 // each token more context. The last window ends at the end of the text.
 //
 // log-softmax is computed in double: lse = max + log(sum exp(l - max)), nll = lse - l[t].
+//
+// With a reference model (for example the BF16 model a quantized one was made from), both
+// run over the same windows and each scored position also gets the KL divergence of the
+// model's next-token distribution from the reference's, KL(P_ref || P_model) =
+// sum_v p_ref(v) (log p_ref(v) - log p_model(v)), in nats, and whether the two agree on the
+// most likely token. The mean KL is what llama.cpp's --kl-divergence reports; 0 means the
+// same distributions.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +37,18 @@ struct PerplexityOptions {
   int64_t stride = 512;
   // Called after each window with the number of tokens run so far.
   std::function<void(int64_t)> on_progress;
+  // Optional: compare with this model (same vocabulary) position by position.
+  Model* reference = nullptr;
+};
+
+// Statistics of the comparison with the reference model (PerplexityOptions::reference).
+struct ReferenceComparison {
+  double perplexity = 0;       // of the reference model on the same scored tokens
+  double mean_nll = 0;
+  double mean_kl = 0;          // nats per scored token
+  double max_kl = 0;
+  double kl_p99 = 0;           // 99th percentile of the per-token KL
+  double top1_agreement = 0;   // fraction of scored positions where both argmaxes agree
 };
 
 struct PerplexityResult {
@@ -40,6 +59,8 @@ struct PerplexityResult {
   int64_t windows = 0;
   int64_t evaluated_tokens = 0; // tokens run through the model (windows overlap)
   double seconds = 0;
+  bool has_reference = false;
+  ReferenceComparison reference;
   double tokens_per_second() const { return seconds > 0 ? evaluated_tokens / seconds : 0; }
 };
 
@@ -49,5 +70,8 @@ Result<PerplexityResult> ComputePerplexity(Model& model, std::span<const int32_t
 
 // -log p(target) under softmax(logits), in double.
 double NegativeLogLikelihood(std::span<const float> logits, int32_t target);
+
+// KL(softmax(reference) || softmax(logits)) in nats, in double. Both rows have the same length.
+double KlDivergence(std::span<const float> reference, std::span<const float> logits);
 
 }  // namespace m2::runtime

@@ -110,5 +110,41 @@ TEST(Perplexity, NllOfAKnownRow) {
   EXPECT_NEAR(NegativeLogLikelihood(big, 1), std::log(2.0), 1e-12);
 }
 
+TEST(Perplexity, KlOfKnownRows) {
+  // p = softmax([0, ln 3]) = [1/4, 3/4], q = uniform: KL = 1/4 ln(1/2) + 3/4 ln(3/2).
+  const std::vector<float> p = {0.f, static_cast<float>(std::log(3.0))};
+  const std::vector<float> q = {5.f, 5.f};
+  EXPECT_NEAR(KlDivergence(p, q), 0.25 * std::log(0.5) + 0.75 * std::log(1.5), 1e-7);
+  EXPECT_EQ(KlDivergence(p, p), 0.0);
+  // Shifting every logit changes nothing.
+  const std::vector<float> p_shift = {100.f, 100.f + static_cast<float>(std::log(3.0))};
+  EXPECT_NEAR(KlDivergence(p_shift, q), KlDivergence(p, q), 1e-5);
+}
+
+TEST(Perplexity, ReferenceModelComparison) {
+  auto model = LoadModel();
+  const auto ids = Ids(30);
+  // Against itself: same perplexity, KL 0, same top tokens.
+  auto self_ref = LoadModel();
+  auto same = ComputePerplexity(*model, ids, {.context = 16, .stride = 8, .reference = self_ref.get()});
+  ASSERT_TRUE(same.ok()) << same.status().message();
+  ASSERT_TRUE(same->has_reference);
+  EXPECT_DOUBLE_EQ(same->reference.perplexity, same->perplexity);
+  EXPECT_EQ(same->reference.mean_kl, 0.0);
+  EXPECT_EQ(same->reference.top1_agreement, 1.0);
+
+  // Against a different model: see RuntimeCli.PerplexityAgainstAReference (a q4 copy).
+}
+
+TEST(Perplexity, ReferenceWithAnotherVocabularyIsAnError) {
+  auto model = LoadModel();
+  auto fp8 = Model::Load("testdata/golden/tiny-fp8", {.progress = false});
+  ASSERT_TRUE(fp8.ok()) << fp8.status().message();
+  ASSERT_NE((*fp8)->config().vocab_size, model->config().vocab_size);
+  auto r = ComputePerplexity(*model, Ids(10), {.context = 8, .stride = 4, .reference = fp8->get()});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("vocabulary size"), std::string::npos) << r.status().message();
+}
+
 }  // namespace
 }  // namespace m2::runtime

@@ -316,6 +316,66 @@ TEST_F(RuntimeCli, PerplexityMatchesADirectComputation) {
   EXPECT_NE(bad.err.find("at least 2 tokens"), std::string::npos) << bad.err;
 }
 
+// --reference: a q4 copy of the model against the model itself; the mean KL and the top-1
+// agreement recomputed from both models' logits in long double.
+TEST_F(RuntimeCli, PerplexityAgainstAReference) {
+  const std::string file = ::testing::TempDir() + "/m2_rt_ppl_ref.txt";
+  const std::string text = "The cat sat on the mat. It was a sunny day, and the birds were singing.";
+  WriteFile(file, text);
+  const std::string q4 = ::testing::TempDir() + "/m2_rt_q4_" + std::to_string(getpid());
+  auto q = M2("quantize -m " + *dir_ + " -o " + q4 + " --type q4");
+  ASSERT_EQ(q.code, 0) << q.err;
+  auto r = M2("perplexity -m " + q4 + " --reference " + *dir_ + " -f " + file + " --context 128 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.contains("reference")) << r.out;
+  auto base = M2("perplexity -m " + *dir_ + " -f " + file + " --context 128 --json");
+  ASSERT_EQ(base.code, 0) << base.err;
+  EXPECT_DOUBLE_EQ(j["reference"]["perplexity"].get<double>(), nlohmann::json::parse(base.out)["perplexity"].get<double>());
+
+  const auto ids = tok_->Encode(text, /*parse_special=*/false);
+  auto rows = [&](const std::string& dir) {
+    auto m = Model::Load(dir, {.progress = false});
+    EXPECT_TRUE(m.ok());
+    KvBlockPool pool((*m)->cache_layout());
+    SequenceCache cache(&pool);
+    SequenceCache* caches[] = {&cache};
+    ForwardBatch b;
+    for (size_t i = 0; i + 1 < ids.size(); ++i) b.Add(ids[i], 0, true);
+    std::vector<float> logits;
+    EXPECT_TRUE((*m)->Forward(b, caches, logits).ok());
+    return logits;
+  };
+  const auto lp = rows(*dir_), lq = rows(q4);
+  const size_t V = lp.size() / (ids.size() - 1);
+  long double kl_sum = 0;
+  int agree = 0;
+  for (size_t t = 0; t + 1 < ids.size(); ++t) {
+    const float* p = &lp[t * V];
+    const float* qq = &lq[t * V];
+    long double zp = 0, zq = 0;
+    for (size_t v = 0; v < V; ++v) zp += std::exp(static_cast<long double>(p[v])), zq += std::exp(static_cast<long double>(qq[v]));
+    for (size_t v = 0; v < V; ++v) {
+      const long double a = p[v] - std::log(zp), b = qq[v] - std::log(zq);
+      kl_sum += std::exp(a) * (a - b);
+    }
+    agree += std::max_element(p, p + V) - p == std::max_element(qq, qq + V) - qq;
+  }
+  const double kl = static_cast<double>(kl_sum / static_cast<long double>(ids.size() - 1));
+  EXPECT_GT(kl, 0.0);  // q4 changes the weights
+  EXPECT_NEAR(j["reference"]["mean_kl"].get<double>(), kl, 1e-4 * kl + 1e-9);
+  EXPECT_NEAR(j["reference"]["top1_agreement"].get<double>(), agree / static_cast<double>(ids.size() - 1), 1e-12);
+  EXPECT_LE(j["reference"]["kl_p99"].get<double>(), j["reference"]["max_kl"].get<double>());
+
+  auto plain = M2("perplexity -m " + q4 + " --reference " + *dir_ + " -f " + file + " --context 64");
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_NE(plain.out.find("KL(reference || model): mean"), std::string::npos) << plain.out;
+  auto bad = M2("perplexity -m " + q4 + " --reference testdata/golden/tiny-fp8 -f " + file);
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("vocabulary size"), std::string::npos) << bad.err;
+  std::filesystem::remove_all(q4);
+}
+
 // The trained model, when another engineer's run has put it in place.
 TEST(TrainedModel, GenerateChatAndPerplexity) {
   const std::string dir = "models/m2-tiny";
