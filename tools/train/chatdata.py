@@ -471,7 +471,9 @@ def make_conversation(rng, for_eval=False):
     r = rng.random()
     if r < 0.4:
         msgs.append({"role": "system", "content": rng.choice(SYSTEM_PROMPTS)})
-    n_turns = rng.choice([1, 1, 1, 2, 2, 3])
+    # training conversations hold more tool turns (more targets per rendered tool list); the
+    # evaluation set keeps the original distribution, so its tasks stay the same
+    n_turns = rng.choice([1, 1, 1, 2, 2, 3] if for_eval else [1, 2, 2, 3, 3, 4])
     last_task = None
     call_id = 0
     for turn in range(n_turns):

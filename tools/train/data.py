@@ -14,8 +14,29 @@ ASSISTANT_HEAD = "]~b]ai\n"
 EOT = "[e~[" 
 
 
+VALUE_WEIGHT = 3
+
+
+def _value_spans(text, s, e):
+    """Character spans inside [s, e) that hold tool-argument values (<parameter ...>VALUE</parameter>)."""
+    out = []
+    p = text.find("<parameter name=", s, e)
+    while p >= 0:
+        a = text.find('">', p, e)
+        if a < 0:
+            break
+        b = text.find("</parameter>", a, e)
+        if b < 0:
+            break
+        out.append((a + 2, b))
+        p = text.find("<parameter name=", b, e)
+    return out
+
+
 def assistant_mask(text, enc):
-    """1 for tokens inside assistant turns (after ']~b]ai\\n' up to and including '[e~[')."""
+    """Loss weight per token: 0 outside assistant turns (after ']~b]ai\\n' up to and including '[e~['),
+    1 inside, VALUE_WEIGHT for tokens that carry what must be copied from the context: tool-argument
+    values and any token with a digit (numbers from the request or from a tool result)."""
     spans = []
     p = text.find(ASSISTANT_HEAD)
     while p >= 0:
@@ -24,12 +45,21 @@ def assistant_mask(text, enc):
         e = len(text) if e < 0 else e + len(EOT)
         spans.append((s, e))
         p = text.find(ASSISTANT_HEAD, e)
+    values = [v for (s, e) in spans for v in _value_spans(text, s, e)]
     mask = []
-    j = 0
-    for (a, _b) in enc.offsets:
+    j = k = 0
+    for (a, b) in enc.offsets:
         while j < len(spans) and spans[j][1] <= a:
             j += 1
-        mask.append(1 if j < len(spans) and spans[j][0] <= a < spans[j][1] else 0)
+        while k < len(values) and values[k][1] <= a:
+            k += 1
+        inside = j < len(spans) and spans[j][0] <= a < spans[j][1]
+        if not inside:
+            mask.append(0)
+        elif (k < len(values) and values[k][0] <= a < values[k][1]) or any(c.isdigit() for c in text[a:b]):
+            mask.append(VALUE_WEIGHT)
+        else:
+            mask.append(1)
     return mask
 
 

@@ -83,11 +83,18 @@ def _init_layer(layer, std):
 
 
 class M2Tiny(nn.Module):
-    def __init__(self, cfg, seed=0):
+    def __init__(self, cfg, seed=0, tie_train=False):
+        """tie_train: share one matrix between embed_tokens and lm_head while training. A shared
+        matrix makes copying a token from the context one generic circuit (attention output ~ the
+        token's own embedding); with separate matrices every token's copy mapping has to be learnt
+        on its own, which our budget does not allow. The export writes it twice (lm_head.weight and
+        model.embed_tokens.weight, equal values), so the shipped model has the released, untied layout."""
         super().__init__()
         torch.manual_seed(seed)
         self.cfg = cfg
         self.lm = MiniMaxM2ForCausalLM(cfg)
+        if tie_train:
+            self.lm.lm_head.weight = self.lm.model.embed_tokens.weight
         L = cfg.num_hidden_layers
         self.mtp = nn.ModuleList([MTPModule(cfg, L + k) for k in range(cfg.num_mtp_modules)])
         with torch.no_grad():

@@ -20,8 +20,12 @@ Exported tensor names (released MiniMax-M2 layout, one model.safetensors, BF16; 
   mtp_transformer_layers 1.
 
 Loss: CE(trunk) + lambda * mean_k CE(MTP k), lambda annealed linearly 0.3 -> 0.1 over the run.
-Chat windows count only assistant tokens (weight 1); code windows count every token with weight
---code-weight (0.25), so that the chats get about three quarters of the gradient.
+Windows: 60% chats (only assistant tokens count, weight 1), 15% code (every token, weight
+--code-weight 0.25, so code does not swamp the chats), 25% copying drills (repeated spans of code
+or chat text, the second copy counts): the drills make in-context copying (tool arguments from the
+user's request, answers from the tool result) appear within the budget; without them a first
+85-minute run learnt the format but copied nothing. Embeddings are tied while training (see
+model.M2Tiny) and exported as two equal tensors.
 Routing balance, aux-loss free: after every step each MoE layer's e_score_correction_bias is
 nudged by gamma * sign(mean load - expert load) (overloaded experts down, idle ones up).
 
@@ -60,7 +64,9 @@ def parse():
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--min-lr-frac", type=float, default=0.1)
     ap.add_argument("--warmup", type=int, default=40)
-    ap.add_argument("--chat-frac", type=float, default=0.8, help="share of windows that are chats")
+    ap.add_argument("--chat-frac", type=float, default=0.6, help="share of windows that are chats")
+    ap.add_argument("--copy-frac", type=float, default=0.25,
+                    help="share of windows that are copying drills (repeated spans); the rest is code")
     ap.add_argument("--code-weight", type=float, default=0.25,
                     help="loss weight of a code token relative to an assistant token (code windows have 5x "
                          "more targets; without this, code took ~70%% of the gradient)")
@@ -70,6 +76,7 @@ def parse():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1, help="1 is much faster than 2 on a busy machine (no spin-waiting)")
     ap.add_argument("--ckpt-every-min", type=float, default=5.0)
+    ap.add_argument("--untied", action="store_true", help="train embed_tokens and lm_head separately")
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--no-export", action="store_true")
     ap.add_argument("--out", default=os.path.join(REPO, "models", "m2-tiny"))
@@ -116,12 +123,40 @@ class LoadCounter:
             c.zero_()
 
 
-def batch_at(d, gen, B, T, chat_frac, code_weight):
+def copy_window(d, gen, T, bos):
+    """In-context copying drill: [bos] S1 S1 S2 S2 ... with spans S of 32-192 tokens cut from the code
+    stream or from chat windows; only the second copy of each span is a target (its first token
+    excepted). It gives ~350 copy targets per window, where a chat window has ~15 (tool arguments
+    and answers copied from the query or the tool result), and makes the copying circuit appear early."""
+    ids = [bos]
+    w = [0.0]
+    nchat = d["chat_train_ids"].shape[0]
+    ncode = d["code_train"].numel()
+    while len(ids) < T:
+        n = int(torch.randint(32, 193, (), generator=gen))
+        if torch.rand((), generator=gen).item() < 0.5:
+            o = int(torch.randint(ncode - n, (), generator=gen))
+            s = d["code_train"][o:o + n].tolist()
+        else:
+            j = int(torch.randint(nchat, (), generator=gen))
+            o = int(torch.randint(T - n, (), generator=gen))
+            s = d["chat_train_ids"][j, o:o + n].tolist()
+        ids += s + s
+        w += [0.0] * n + [0.0] + [1.0] * (n - 1)
+    return torch.tensor(ids[:T]), torch.tensor(w[:T])
+
+
+def batch_at(d, gen, B, T, chat_frac, code_weight, copy_frac=0.0, bos=0):
     ids, mask = [], []
     nchat = d["chat_train_ids"].shape[0]
     ncode = d["code_train"].numel()
     for _ in range(B):
-        if torch.rand((), generator=gen).item() < chat_frac:
+        r = torch.rand((), generator=gen).item()
+        if r < copy_frac:
+            a, b = copy_window(d, gen, T, bos)
+            ids.append(a.long())
+            mask.append(b)
+        elif r < copy_frac + chat_frac:
             j = torch.randint(nchat, (), generator=gen).item()
             ids.append(d["chat_train_ids"][j, :T].long())
             mask.append(d["chat_train_mask"][j, :T].float())
@@ -134,11 +169,16 @@ def batch_at(d, gen, B, T, chat_frac, code_weight):
 
 @torch.no_grad()
 def evaluate(model, d, T, n_windows=16, B=4):
-    """Held-out mean CE per head on code windows and on chat (assistant tokens)."""
+    """Held-out mean CE per head on code windows, on chat (assistant tokens) and on copying drills
+    (second copies only: a loss near 0 means in-context copying works)."""
     model.eval()
     res = {}
-    for name in ("code", "chat"):
-        if name == "code":
+    for name in ("code", "chat", "copy"):
+        if name == "copy":
+            g = torch.Generator().manual_seed(12345)
+            bos = int(d["code_eval"][0])
+            wins = [tuple(x.long() for x in copy_window(d, g, T, bos)) for _ in range(n_windows // 2)]
+        elif name == "code":
             s = d["code_eval"]
             step = max(1, (s.numel() - T - 1) // n_windows)
             wins = [(s[i * step:i * step + T].long(), torch.ones(T, dtype=torch.long)) for i in range(n_windows)]
@@ -178,7 +218,7 @@ def main():
         d["code_train"].numel(), d["chat_train_ids"].shape[0], int(d["chat_train_mask"].sum()), time.time() - t0))
 
     cfg = M.make_config(tok.get_vocab_size(), bos, eos, pad)
-    model = M.M2Tiny(cfg, seed=args.seed)
+    model = M.M2Tiny(cfg, seed=args.seed, tie_train=not args.untied)
     decay, no_decay = [], []
     for n, p in model.named_parameters():
         (decay if p.dim() >= 2 and "norm" not in n else no_decay).append(p)
@@ -223,7 +263,8 @@ def main():
             g["lr"] = lr
         lam = args.mtp_w0 + (args.mtp_w1 - args.mtp_w0) * progress
 
-        ids, mask = batch_at(d, gen, args.batch, args.seq, args.chat_frac, args.code_weight)
+        ids, mask = batch_at(d, gen, args.batch, args.seq, args.chat_frac, args.code_weight,
+                             args.copy_frac, bos)
         loads.reset()
         main_l, mtp_l, stats = model.losses(ids, mask)
         loss = main_l + lam * sum(mtp_l) / len(mtp_l)
@@ -248,12 +289,13 @@ def main():
                 step, (time.time() - start) / 60, lr, lam, acc[0] / n,
                 " ".join("%.3f" % (x / n) for x in acc[1:-2]), acc[-2] / n, acc[-1] / n, win_tok / dt))
             acc, win_tok, win_t = None, 0, time.time()
-        if time.time() - last_eval > 20 * 60:
+        if time.time() - last_eval > 15 * 60:
             loads.on = False
             r = evaluate(model, d, args.seq, n_windows=8)
             loads.on = True
-            log(fh, "eval step %d: code %s | chat %s" % (step, " ".join("%.3f" % x["loss"] for x in r["code"]),
-                                                          " ".join("%.3f" % x["loss"] for x in r["chat"])))
+            log(fh, "eval step %d: code %s | chat %s | copy %s (top1 %.2f)" % (
+                step, " ".join("%.3f" % x["loss"] for x in r["code"]), " ".join("%.3f" % x["loss"] for x in r["chat"]),
+                " ".join("%.3f" % x["loss"] for x in r["copy"]), r["copy"][0]["top1"]))
             last_eval = time.time()
         if time.time() - last_ck > args.ckpt_every_min * 60:
             save_ckpt(ck, model, opt, step, time.time() - start, gen, args)
