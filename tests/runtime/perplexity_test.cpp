@@ -46,7 +46,9 @@ TEST(Perplexity, OneWindowEqualsTheDirectComputation) {
   for (int t = 1; t < 20; ++t) sum += DirectNll(*model, ids, 0, t);
   EXPECT_EQ(r->scored_tokens, 19);
   EXPECT_EQ(r->windows, 1);
-  EXPECT_NEAR(r->mean_nll, static_cast<double>(sum / 19), 1e-9 * 19);
+  // Short windows go through the decode kernels, longer ones through prefill: fp32 sums
+  // in different orders (relative differences ~1e-8).
+  EXPECT_NEAR(r->mean_nll, static_cast<double>(sum / 19), 1e-6);
   EXPECT_NEAR(r->perplexity, std::exp(static_cast<double>(sum / 19)), 1e-6 * r->perplexity);
   // A random model over 320 tokens: perplexity is in the hundreds, not 1 or 1e9.
   EXPECT_GT(r->perplexity, 20);

@@ -1,0 +1,124 @@
+// Decode GEMV speed per weight format on one thread, as bytes of weights read per second
+// next to a plain streaming read (ReadAll) of the same amount of memory, so the ratio
+// says how close each kernel comes to the memory limit.
+//
+//   ninja -C build gemv_bench && build/bench/gemv_bench [MiB per format, default 512]
+//
+// Each format gets its own set of matrices of the given total size (well above the
+// last-level cache), walked in order once per repetition like the layers of a decode step.
+// Shapes: 3072 x 1536 (an M2 expert's down projection is 3072 x 1536, gate/up 1536 x 3072).
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "base/cpu.h"
+#include "kernels/linear.h"
+#include "kernels/probe.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); }
+
+struct Set {
+  m2::WeightFormat format;
+  std::vector<uint8_t> data, scale;
+  std::vector<m2::LinearWeight> mats;
+};
+
+Set Make(m2::WeightFormat f, int64_t rows, int64_t cols, int64_t total_bytes) {
+  Set s;
+  s.format = f;
+  m2::LinearWeight proto;
+  proto.format = f;
+  proto.rows = rows;
+  proto.cols = cols;
+  int64_t elem_bytes_x2 = 2;  // bytes per element, times 2 (q4 is half a byte)
+  switch (f) {
+    case m2::WeightFormat::kF32: elem_bytes_x2 = 8; break;
+    case m2::WeightFormat::kBF16:
+    case m2::WeightFormat::kF16: elem_bytes_x2 = 4; break;
+    case m2::WeightFormat::kFp8Block:
+    case m2::WeightFormat::kQ8: elem_bytes_x2 = 2; break;
+    case m2::WeightFormat::kQ4: elem_bytes_x2 = 1; break;
+  }
+  const int64_t data_bytes = rows * cols * elem_bytes_x2 / 2;
+  const int64_t scale_bytes = f == m2::WeightFormat::kFp8Block ? proto.scale_rows() * proto.scale_cols() * 4
+                              : (f == m2::WeightFormat::kQ8 || f == m2::WeightFormat::kQ4) ? rows * (cols / 32) * 2
+                                                                                          : 0;
+  const int64_t n = std::max<int64_t>(1, total_bytes / (data_bytes + scale_bytes));
+  s.data.resize(static_cast<size_t>(n * data_bytes));
+  s.scale.resize(static_cast<size_t>(n * scale_bytes));
+  std::mt19937 rng(1);
+  // Plausible values (denormals would slow the FMAs down and measure nothing useful):
+  // bf16 weights of magnitude 2^-8..2^-5 with random signs and mantissas; fp8 / int codes
+  // from random bytes; scales ~ 1e-3.
+  if (f == m2::WeightFormat::kBF16) {
+    auto* p = reinterpret_cast<uint16_t*>(s.data.data());
+    for (size_t i = 0; i < s.data.size() / 2; ++i)
+      p[i] = static_cast<uint16_t>(((rng() & 1) << 15) | ((119 + rng() % 4) << 7) | (rng() & 0x7f));
+  } else {
+    for (size_t i = 0; i < s.data.size(); ++i) s.data[i] = static_cast<uint8_t>(rng() & 0x7e);
+  }
+  if (f == m2::WeightFormat::kFp8Block) {
+    auto* p = reinterpret_cast<float*>(s.scale.data());
+    for (size_t i = 0; i < s.scale.size() / 4; ++i) p[i] = 1e-3f;
+  } else {
+    auto* p = reinterpret_cast<uint16_t*>(s.scale.data());
+    for (size_t i = 0; i < s.scale.size() / 2; ++i) p[i] = 0x1400;  // ~1e-3 in fp16
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    m2::LinearWeight w = proto;
+    w.data = s.data.data() + i * data_bytes;
+    w.scale = scale_bytes ? s.scale.data() + i * scale_bytes : nullptr;
+    s.mats.push_back(w);
+  }
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int64_t mib = argc > 1 ? std::atoll(argv[1]) : 512;
+  const int64_t total = mib << 20;
+  const bool avx512 = m2::ActiveIsa() == m2::KernelIsa::kAvx512;
+  std::printf("one thread, %s kernels, %lld MiB per format\n", avx512 ? "avx512" : "avx2",
+              static_cast<long long>(mib));
+  // The plain read: a float buffer of the same size.
+  std::vector<float> buf(static_cast<size_t>(total / 4), 1.0f);
+  double best_read = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = Clock::now();
+    volatile double sink = m2::ReadAll(buf.data(), static_cast<int64_t>(buf.size()));
+    (void)sink;
+    best_read = std::max(best_read, total / Seconds(t0));
+  }
+  buf = {};
+  std::printf("%-10s %10s %8s\n", "format", "GB/s", "of read");
+  std::printf("%-10s %10.2f %7.0f%%\n", "read", best_read / 1e9, 100.0);
+  const int64_t rows = 3072, cols = 1536;
+  std::vector<float> x(cols), y(rows);
+  for (int64_t i = 0; i < cols; ++i) x[i] = std::sin(0.1f * static_cast<float>(i));
+  for (auto f : {m2::WeightFormat::kBF16, m2::WeightFormat::kFp8Block, m2::WeightFormat::kQ8, m2::WeightFormat::kQ4}) {
+    Set s = Make(f, rows, cols, total);
+    double best = 0;
+    for (int rep = 0; rep < 5; ++rep) {
+      int64_t bytes = 0;
+      const auto t0 = Clock::now();
+      for (const auto& w : s.mats) {
+        const bool ok = avx512 ? m2::LinearRowsAvx512(w, x.data(), 1, y.data(), 0, rows)
+                               : m2::LinearRowsAvx2(w, x.data(), 1, y.data(), 0, rows);
+        if (!ok) return 1;
+        bytes += w.bytes();
+      }
+      best = std::max(best, bytes / Seconds(t0));
+    }
+    std::printf("%-10s %10.2f %7.0f%%\n", m2::WeightFormatName(f), best / 1e9, 100.0 * best / best_read);
+  }
+  return 0;
+}
