@@ -180,11 +180,12 @@ int Run(const BenchOptions& o) {
     if (!st.ok()) return Fail(st);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-      for (int64_t p = 0; p + 1 < C; ++p) {
-        float* k = cache.K(l, p);
-        float* v = cache.V(l, p);
-        for (int64_t i = 0; i < c.kv_dim(); ++i) k[i] = nd(rng), v[i] = nd(rng);
-      }
+      for (int64_t p = 0; p + 1 < C; ++p)
+        for (int64_t g = 0; g < c.num_key_value_heads; ++g) {
+          float* k = cache.K(l, p, g);
+          float* v = cache.V(l, p, g);
+          for (int64_t i = 0; i < c.head_dim; ++i) k[i] = nd(rng), v[i] = nd(rng);
+        }
     SequenceCache* cs[] = {&cache};
     double total = 0;
     for (int s = 0; s <= o.decode_steps; ++s) {

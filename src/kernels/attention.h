@@ -9,11 +9,12 @@ namespace m2 {
 
 // Where the cached keys and values of one sequence, layer and KV head lie. Positions
 // are stored in blocks of `block_tokens`; position j is row j % block_tokens of block
-// j / block_tokens, and a row is `row_stride` floats apart from the next.
+// j / block_tokens, and a row is `row_stride` floats apart from the next (head_dim
+// for the engine's head-major blocks).
 struct KvHeadView {
-  const float* const* k_blocks = nullptr;  // per block: K at its first row (all heads)
+  const float* const* k_blocks = nullptr;  // per block: the start of its K data (all heads)
   const float* const* v_blocks = nullptr;
-  int64_t head_offset = 0;  // this head's first float within a row
+  int64_t head_offset = 0;  // this head's first row, in floats from a block's start
   int64_t block_tokens = 0;
   int64_t row_stride = 0;
   int64_t length = 0;  // positions 0..length-1 are attended (causal: up to the query)

@@ -44,10 +44,11 @@ void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t
     trace->Record(name("v"), s.v.data(), {n, KV, D});
   }
   // Every token's K/V goes into the cache before any token attends.
-  for (int64_t t = 0; t < n; ++t) {
-    std::copy_n(&s.k[t * kvd], kvd, slots[t].cache->K(layer, slots[t].pos));
-    std::copy_n(&s.v[t * kvd], kvd, slots[t].cache->V(layer, slots[t].pos));
-  }
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t g = 0; g < KV; ++g) {
+      std::copy_n(&s.k[t * kvd + g * D], D, slots[t].cache->K(layer, slots[t].pos, g));
+      std::copy_n(&s.v[t * kvd + g * D], D, slots[t].cache->V(layer, slots[t].pos, g));
+    }
 
   // Block pointers of every sequence in the batch, for this layer.
   s.seq_caches.clear();
@@ -80,9 +81,9 @@ void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t
       KvHeadView kv;
       kv.k_blocks = &s.k_blocks[first];
       kv.v_blocks = &s.v_blocks[first];
-      kv.head_offset = g * D;
       kv.block_tokens = slots[t].cache->block_tokens();
-      kv.row_stride = kvd;
+      kv.head_offset = g * kv.block_tokens * D;  // head-major blocks (kv_cache.h)
+      kv.row_stride = D;
       kv.length = slots[t].pos + 1;  // causal: positions 0..pos of its own sequence
       if (scores.size() < static_cast<size_t>(group * kv.length)) scores.resize(static_cast<size_t>(group * kv.length));
       AttendGroup(&s.q[t * qd + g * group * D], group, D, kv, scale, scores.data(), &s.attn[t * qd + g * group * D]);

@@ -165,18 +165,20 @@ SequenceCache SequenceCache::Fork() const {
   return c;
 }
 
-float* SequenceCache::K(int64_t layer, int64_t pos) {
+float* SequenceCache::K(int64_t layer, int64_t pos, int64_t head) {
   M2_CHECK(pos >= 0 && pos < length_, "position {} outside cache of {}", pos, length_);
   const int64_t bt = pool_->block_tokens();
   const auto& spec = pool_->layout().layers[layer];
-  return pool_->K(blocks_[pos / bt], layer) + (pos % bt) * spec.kv_heads * spec.head_dim;
+  M2_CHECK(head >= 0 && head < spec.kv_heads, "KV head {} outside [0, {})", head, spec.kv_heads);
+  return pool_->K(blocks_[pos / bt], layer) + (head * bt + pos % bt) * spec.head_dim;
 }
 
-float* SequenceCache::V(int64_t layer, int64_t pos) {
+float* SequenceCache::V(int64_t layer, int64_t pos, int64_t head) {
   M2_CHECK(pos >= 0 && pos < length_, "position {} outside cache of {}", pos, length_);
   const int64_t bt = pool_->block_tokens();
   const auto& spec = pool_->layout().layers[layer];
-  return pool_->V(blocks_[pos / bt], layer) + (pos % bt) * spec.kv_heads * spec.head_dim;
+  M2_CHECK(head >= 0 && head < spec.kv_heads, "KV head {} outside [0, {})", head, spec.kv_heads);
+  return pool_->V(blocks_[pos / bt], layer) + (head * bt + pos % bt) * spec.head_dim;
 }
 
 }  // namespace m2

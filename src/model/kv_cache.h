@@ -6,7 +6,9 @@
 //
 // Keys and values live in fixed-size blocks of `block_tokens` positions, taken from a
 // KvBlockPool shared by all sequences. A block holds every KV layer's K and V for its
-// positions. Blocks are reference counted: Fork() shares them, and a shared block is
+// positions, head-major: [kv_heads][block_tokens][head_dim], so that one head's rows are
+// contiguous (attention streams them; token-major rows of one head would be a page
+// apart at M2's sizes, defeating the hardware prefetcher and the TLB). Blocks are reference counted: Fork() shares them, and a shared block is
 // copied before it is written (copy-on-write). Recurrent layers keep one state per
 // sequence, copied on Fork; they cannot be truncated (a later issue adds checkpoints).
 #pragma once
@@ -49,7 +51,7 @@ class KvBlockPool {
   int32_t RefCount(int32_t block) const { return refs_[block]; }
   void CopyBlock(int32_t from, int32_t to);
 
-  // K or V of `layer` in `block`: [block_tokens, kv_heads, head_dim] fp32.
+  // K or V of `layer` in `block`: [kv_heads, block_tokens, head_dim] fp32.
   float* K(int32_t block, int64_t layer) { return blocks_[block].get() + layer_offset_[layer]; }
   float* V(int32_t block, int64_t layer) { return K(block, layer) + layer_half_[layer]; }
 
@@ -85,10 +87,10 @@ class SequenceCache {
   // A new sequence sharing this one's cached positions (no copy until written).
   SequenceCache Fork() const;
 
-  // K / V of position `pos` (< length): [kv_heads, head_dim].
-  float* K(int64_t layer, int64_t pos);
-  float* V(int64_t layer, int64_t pos);
-  // K / V of `layer` in the i-th block of this sequence: [block_tokens, kv_heads, head_dim].
+  // K / V of position `pos` (< length) and KV head `head`: [head_dim].
+  float* K(int64_t layer, int64_t pos, int64_t head = 0);
+  float* V(int64_t layer, int64_t pos, int64_t head = 0);
+  // K / V of `layer` in the i-th block of this sequence: [kv_heads, block_tokens, head_dim].
   const float* KBlock(int64_t layer, size_t i) const { return pool_->K(blocks_[i], layer); }
   const float* VBlock(int64_t layer, size_t i) const { return pool_->V(blocks_[i], layer); }
   int64_t block_tokens() const { return pool_->block_tokens(); }

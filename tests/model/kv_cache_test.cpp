@@ -12,6 +12,34 @@ CacheLayout Layout() {
   return l;
 }
 
+// Blocks are head-major: one head's rows are contiguous within a block, heads follow
+// each other, K and V of a layer are apart; every (layer, pos, head) row is its own.
+TEST(KvCacheTest, HeadMajorBlocks) {
+  CacheLayout l;
+  l.block_tokens = 4;
+  l.layers = {{LayerCacheKind::kKeyValue, 3, 8, 0}, {LayerCacheKind::kKeyValue, 3, 8, 0}};
+  KvBlockPool pool(l);
+  SequenceCache c(&pool);
+  ASSERT_TRUE(c.Extend(7).ok());
+  EXPECT_EQ(c.K(0, 1, 0) - c.K(0, 0, 0), 8);      // next position, same head
+  EXPECT_EQ(c.K(0, 0, 1) - c.K(0, 0, 0), 4 * 8);  // next head
+  EXPECT_EQ(c.K(1, 2, 2) - c.KBlock(1, 0), (2 * 4 + 2) * 8);
+  EXPECT_EQ(c.V(1, 5, 1) - c.VBlock(1, 1), (1 * 4 + 1) * 8);
+  float v = 0;
+  for (int64_t layer = 0; layer < 2; ++layer)
+    for (int64_t p = 0; p < 7; ++p)
+      for (int64_t g = 0; g < 3; ++g)
+        for (int64_t d = 0; d < 8; ++d) c.K(layer, p, g)[d] = v++, c.V(layer, p, g)[d] = v++;
+  v = 0;
+  for (int64_t layer = 0; layer < 2; ++layer)
+    for (int64_t p = 0; p < 7; ++p)
+      for (int64_t g = 0; g < 3; ++g)
+        for (int64_t d = 0; d < 8; ++d) {
+          EXPECT_EQ(c.K(layer, p, g)[d], v++);
+          EXPECT_EQ(c.V(layer, p, g)[d], v++);
+        }
+}
+
 TEST(KvCacheTest, ExtendWritesAndReads) {
   KvBlockPool pool(Layout());
   SequenceCache c(&pool);

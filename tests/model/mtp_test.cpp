@@ -347,13 +347,15 @@ TEST_F(MtpTest, ForkedCachesDoNotShareModuleWrites) {
   EXPECT_EQ(f.filled(layer), 7);
   bool fork_written = false;
   for (int64_t p = 0; p < 7; ++p)
-    for (int64_t j = 0; j < 2 * 16; ++j) {
-      EXPECT_EQ(a.K(layer, p)[j], 0.0f) << "the original's module layer changed at position " << p;
-      fork_written |= f.K(layer, p)[j] != 0.0f;
-    }
+    for (int64_t g = 0; g < 2; ++g)
+      for (int64_t j = 0; j < 16; ++j) {
+        EXPECT_EQ(a.K(layer, p, g)[j], 0.0f) << "the original's module layer changed at position " << p;
+        fork_written |= f.K(layer, p, g)[j] != 0.0f;
+      }
   EXPECT_TRUE(fork_written);
   for (int64_t p = 0; p < 8; ++p)  // the trunk's entries are the same in both
-    for (int64_t j = 0; j < 2 * 16; ++j) EXPECT_EQ(a.K(0, p)[j], f.K(0, p)[j]);
+    for (int64_t g = 0; g < 2; ++g)
+      for (int64_t j = 0; j < 16; ++j) EXPECT_EQ(a.K(0, p, g)[j], f.K(0, p, g)[j]);
 }
 
 TEST_F(MtpTest, BadInputIsAnErrorAndChangesNothing) {
