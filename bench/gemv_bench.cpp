@@ -1,6 +1,7 @@
 // Decode GEMV speed per weight format on one thread, as bytes of weights read per second
 // next to a plain streaming read (ReadAll) of the same amount of memory, so the ratio
-// says how close each kernel comes to the memory limit.
+// says how close each kernel comes to the memory limit; then prefill GEMM GFLOP/s on one
+// thread next to the measured FMA peak.
 //
 //   ninja -C build gemv_bench && build/bench/gemv_bench [MiB per format, default 512]
 //
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "base/cpu.h"
+#include "base/thread_pool.h"
 #include "kernels/linear.h"
 #include "kernels/probe.h"
 
@@ -119,6 +121,36 @@ int main(int argc, char** argv) {
       best = std::max(best, bytes / Seconds(t0));
     }
     std::printf("%-10s %10.2f %7.0f%%\n", m2::WeightFormatName(f), best / 1e9, 100.0 * best / best_read);
+  }
+
+  // Prefill GEMM on one thread: GFLOP/s next to the FMA peak, for an expert's shapes.
+  m2::ThreadPool::SetGlobalThreads(1);
+  double peak = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = Clock::now();
+    const double flops = m2::FmaBurst(20'000'000);
+    peak = std::max(peak, flops / Seconds(t0));
+  }
+  std::printf("\nprefill GEMM, one thread; fp32 FMA peak %.1f GFLOP/s\n", peak / 1e9);
+  std::printf("%-10s %6s %6s %6s %10s %8s\n", "format", "rows", "cols", "tokens", "GFLOP/s", "of peak");
+  for (auto f : {m2::WeightFormat::kFp8Block, m2::WeightFormat::kBF16, m2::WeightFormat::kQ4}) {
+    for (auto [r, c] : {std::pair<int64_t, int64_t>{1536, 3072}, {3072, 1536}}) {
+      Set s = Make(f, r, c, r * c * 2);
+      for (int64_t n : {64, 512}) {
+        std::vector<float> xs(static_cast<size_t>(n * c)), ys(static_cast<size_t>(n * r));
+        for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.01f * static_cast<float>(i));
+        double best = 0;
+        for (int rep = 0; rep < 7; ++rep) {  // best of 7 timings of >= 5 calls each
+          const auto t0 = Clock::now();
+          int calls = 0;
+          do m2::Linear(s.mats[0], xs.data(), n, ys.data());
+          while (++calls < 5 || Seconds(t0) < 0.05);
+          best = std::max(best, 2.0 * static_cast<double>(r * c * n) * calls / Seconds(t0));
+        }
+        std::printf("%-10s %6lld %6lld %6lld %10.1f %7.0f%%\n", m2::WeightFormatName(f), static_cast<long long>(r),
+                    static_cast<long long>(c), static_cast<long long>(n), best / 1e9, 100.0 * best / peak);
+      }
+    }
   }
   return 0;
 }

@@ -107,11 +107,13 @@ namespace {
 // side so each k writes one contiguous run of xt (a plain double loop with a stride of
 // ntp floats on every write costs as much as the matmul itself for n ~ 64).
 void TransposeTokens(const float* x, int64_t n, int64_t K, float* xt, int64_t ntp, ThreadPool* pool) {
+  // Tiled layout of linear.h: tile `tile` is [K][tw].
   const auto body = [&](int64_t k0, int64_t k1, int) {
     for (int64_t t0 = 0; t0 < ntp; t0 += 8) {
       const int64_t tn = std::min<int64_t>(8, n - t0);
+      const int64_t tile = t0 / kTokenTile * kTokenTile, tw = std::min(kTokenTile, ntp - tile);
       for (int64_t k = k0; k < k1; ++k) {
-        float* out = xt + k * ntp + t0;
+        float* out = xt + tile * K + k * tw + (t0 - tile);
         int64_t t = 0;
         for (; t < tn; ++t) out[t] = x[(t0 + t) * K + k];
         for (; t < 8 && t0 + t < ntp; ++t) out[t] = 0.0f;

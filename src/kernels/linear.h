@@ -63,8 +63,11 @@ void DequantizeRow(const LinearWeight& w, int64_t row, float* out);
 bool LinearRowsAvx512(const LinearWeight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1);
 bool LinearRowsAvx2(const LinearWeight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1);
 
-// Prefill kernels on tokens already transposed: xt [cols][ntp], ntp a multiple of 16
-// (zero padded past n). Rows [r0, r1).
+// Prefill kernels on tokens already transposed in tiles: ntp (a multiple of 16, zero
+// padded past n) tokens in tiles of kTokenTile; tile j (tokens [32j, 32j + w), w =
+// min(32, ntp - 32j)) starts at xt + 32j * cols and holds [cols][w]. The kernel then
+// reads each tile's columns in order. Rows [r0, r1).
+inline constexpr int64_t kTokenTile = 32;
 bool GemmRowsTransposedAvx512(const LinearWeight& w, const float* xt, int64_t ntp, int64_t n, float* y, int64_t r0,
                               int64_t r1);
 bool GemmRowsTransposedAvx2(const LinearWeight& w, const float* xt, int64_t ntp, int64_t n, float* y, int64_t r0,
