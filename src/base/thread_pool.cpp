@@ -41,17 +41,18 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn) {
+void ThreadPool::Run(int64_t n, int64_t grain, Trampoline call, const void* fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
   const int parts = size();
   if (parts == 1 || n <= grain) {
-    fn(0, n, 0);
+    call(fn, 0, n, 0);
     return;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    job_ = &fn;
+    call_ = call;
+    job_ = fn;
     n_ = n;
     grain_ = grain;
     pending_ = parts - 1;
@@ -59,7 +60,7 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain, const std::function<void(
   }
   start_cv_.notify_all();
   const auto [b, e] = Chunk(n, grain, 0, parts);
-  if (b < e) fn(b, e, 0);
+  if (b < e) call(fn, b, e, 0);
   std::unique_lock<std::mutex> lock(mu_);
   done_cv_.wait(lock, [this] { return pending_ == 0; });
   job_ = nullptr;
@@ -68,19 +69,21 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain, const std::function<void(
 void ThreadPool::WorkerLoop(int index) {
   uint64_t seen = 0;
   for (;;) {
-    const std::function<void(int64_t, int64_t, int)>* job;
+    Trampoline call;
+    const void* job;
     int64_t n, grain;
     {
       std::unique_lock<std::mutex> lock(mu_);
       start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
       if (stop_) return;
       seen = generation_;
+      call = call_;
       job = job_;
       n = n_;
       grain = grain_;
     }
     const auto [b, e] = Chunk(n, grain, index, size());
-    if (b < e) (*job)(b, e, index);
+    if (b < e) call(job, b, e, index);
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (--pending_ == 0) done_cv_.notify_one();

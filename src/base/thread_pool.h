@@ -24,19 +24,27 @@ class ThreadPool {
   int size() const { return static_cast<int>(workers_.size()) + 1; }
 
   // fn(begin, end, thread) over [0, n) in size() chunks aligned to `grain`; returns when
-  // all are done. Not re-entrant: fn must not call ParallelFor on the same pool.
-  void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int)>& fn);
+  // all are done. Not re-entrant: fn must not call ParallelFor on the same pool. Any
+  // callable: it is passed by address, never copied into a std::function (whose storage
+  // would be a heap allocation per call for most lambdas).
+  template <class Fn>
+  void ParallelFor(int64_t n, int64_t grain, const Fn& fn) {
+    Run(n, grain, [](const void* f, int64_t b, int64_t e, int t) { (*static_cast<const Fn*>(f))(b, e, t); }, &fn);
+  }
 
   // The process-wide pool used by the kernels (sized by SetGlobalThreads or the cores).
   static ThreadPool& Global();
   static void SetGlobalThreads(int threads);
 
  private:
+  using Trampoline = void (*)(const void* fn, int64_t begin, int64_t end, int thread);
+  void Run(int64_t n, int64_t grain, Trampoline call, const void* fn);
   void WorkerLoop(int index);
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable start_cv_, done_cv_;
-  const std::function<void(int64_t, int64_t, int)>* job_ = nullptr;
+  Trampoline call_ = nullptr;
+  const void* job_ = nullptr;
   int64_t n_ = 0, grain_ = 1;
   uint64_t generation_ = 0;
   int pending_ = 0;

@@ -97,7 +97,10 @@ Status Model::Forward(const ForwardBatch& batch, std::span<SequenceCache* const>
   if (n == 0) return Status::Ok();
 
   // Validate everything before touching any cache.
-  std::vector<int64_t> next(caches.size()), old(caches.size());
+  auto& next = seq_next_;
+  auto& old = seq_old_;
+  next.assign(caches.size(), 0);
+  old.assign(caches.size(), 0);
   for (size_t c = 0; c < caches.size(); ++c) {
     if (caches[c] == nullptr) return Error("forward batch: cache {} is null", c);
     for (size_t d = 0; d < c; ++d)
@@ -105,7 +108,8 @@ Status Model::Forward(const ForwardBatch& batch, std::span<SequenceCache* const>
     M2_RETURN_IF_ERROR(CheckCacheLayout(*caches[c], c, cfg_.num_hidden_layers));
     old[c] = next[c] = caches[c]->length();
   }
-  std::vector<TokenSlot> slots(static_cast<size_t>(n));
+  auto& slots = slots_;
+  slots.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     const int32_t tok = batch.tokens[i], sq = batch.seq[i];
     if (tok < 0 || tok >= V) return Error("token id {} at batch index {} is outside the vocabulary [0, {})", tok, i, V);
@@ -176,14 +180,18 @@ Status Model::ForwardMtp(int64_t module, const MtpBatch& batch, std::span<const 
   const int64_t layer = mtp_cache_layer(module);
 
   // Validate everything before touching any cache.
-  std::vector<int64_t> first(caches.size(), -1), next(caches.size(), -1);
+  auto& first = seq_first_;
+  auto& next = seq_next_;
+  first.assign(caches.size(), -1);
+  next.assign(caches.size(), -1);
   for (size_t c = 0; c < caches.size(); ++c) {
     if (caches[c] == nullptr) return Error("MTP batch: cache {} is null", c);
     for (size_t d = 0; d < c; ++d)
       if (caches[d] == caches[c]) return Error("MTP batch: caches {} and {} are the same object", d, c);
     M2_RETURN_IF_ERROR(CheckCacheLayout(*caches[c], c, layer + 1));
   }
-  std::vector<TokenSlot> slots(static_cast<size_t>(n));
+  auto& slots = slots_;
+  slots.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     const int32_t tok = batch.tokens[i], sq = batch.seq[i];
     const int64_t pos = batch.pos[i];

@@ -151,6 +151,9 @@ class Model {
   Scratch scratch_;
   std::vector<float> hidden_, normed_, branch_;
   std::vector<float> mtp_in_, embed_row_;  // ForwardMtp: [n, 2*hidden] and [hidden]
+  // Per-call bookkeeping, kept so that a warm forward pass allocates nothing.
+  std::vector<int64_t> seq_first_, seq_next_, seq_old_;
+  std::vector<TokenSlot> slots_;
 };
 
 }  // namespace m2
