@@ -8,14 +8,6 @@
 
 namespace m2::runtime {
 
-double NegativeLogLikelihood(std::span<const float> logits, int32_t target) {
-  double max = -INFINITY;
-  for (float l : logits) max = std::max(max, static_cast<double>(l));
-  double sum = 0;
-  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
-  return max + std::log(sum) - static_cast<double>(logits[target]);
-}
-
 namespace {
 
 double LogSumExp(std::span<const float> row) {
@@ -31,6 +23,10 @@ size_t ArgMax(std::span<const float> row) {
 }
 
 }  // namespace
+
+double NegativeLogLikelihood(std::span<const float> logits, int32_t target) {
+  return LogSumExp(logits) - static_cast<double>(logits[target]);
+}
 
 double KlDivergence(std::span<const float> reference, std::span<const float> logits) {
   const double lse_p = LogSumExp(reference), lse_q = LogSumExp(logits);
