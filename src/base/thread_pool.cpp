@@ -2,11 +2,22 @@
 
 #include <sched.h>
 
+#include <chrono>
 #include <memory>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace m2 {
 
 namespace {
+inline void Pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
 std::unique_ptr<ThreadPool>& GlobalSlot() {
   static std::unique_ptr<ThreadPool> pool;
   return pool;
@@ -19,7 +30,25 @@ std::pair<int64_t, int64_t> Chunk(int64_t n, int64_t grain, int i, int parts) {
   const int64_t b = units * i / parts * grain, e = units * (i + 1) / parts * grain;
   return {std::min(b, n), std::min(e, n)};
 }
+// Calls done() until it holds or kSpinMicros pass; false if it never held.
+template <class Done>
+bool SpinUntilFor(int micros, const Done& done) {
+  if (done()) return true;
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::microseconds(micros);
+  for (int i = 1;; ++i) {
+    for (int k = 0; k < 16; ++k) {
+      if (done()) return true;
+      Pause();
+    }
+    if (i % 8 == 0 && std::chrono::steady_clock::now() > limit) return done();
+  }
+}
 }  // namespace
+
+template <class Done>
+bool ThreadPool::SpinUntil(const Done& done) {
+  return SpinUntilFor(kSpinMicros, done);
+}
 
 int AvailableCores() {
   cpu_set_t set;
@@ -36,6 +65,7 @@ ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
+    generation_.store(kStopGeneration, std::memory_order_release);  // ends the spinners too
   }
   start_cv_.notify_all();
   for (auto& t : workers_) t.join();
@@ -49,44 +79,48 @@ void ThreadPool::Run(int64_t n, int64_t grain, Trampoline call, const void* fn) 
     call(fn, 0, n, 0);
     return;
   }
+  call_ = call;
+  job_ = fn;
+  n_ = n;
+  grain_ = grain;
+  pending_.store(parts - 1, std::memory_order_relaxed);
+  bool wake = false;
   {
+    // Under the lock, so a worker that is about to sleep either sees the new generation
+    // or is counted in sleeping_workers_ and gets the notification.
     std::lock_guard<std::mutex> lock(mu_);
-    call_ = call;
-    job_ = fn;
-    n_ = n;
-    grain_ = grain;
-    pending_ = parts - 1;
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
+    wake = sleeping_workers_ > 0;
   }
-  start_cv_.notify_all();
+  if (wake) start_cv_.notify_all();
   const auto [b, e] = Chunk(n, grain, 0, parts);
   if (b < e) call(fn, b, e, 0);
-  std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [this] { return pending_ == 0; });
+  if (!SpinUntil([this] { return pending_.load(std::memory_order_acquire) == 0; })) {
+    std::unique_lock<std::mutex> lock(mu_);
+    caller_sleeping_ = true;
+    done_cv_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
+    caller_sleeping_ = false;
+  }
   job_ = nullptr;
 }
 
 void ThreadPool::WorkerLoop(int index) {
   uint64_t seen = 0;
   for (;;) {
-    Trampoline call;
-    const void* job;
-    int64_t n, grain;
-    {
+    if (!SpinUntil([&] { return generation_.load(std::memory_order_acquire) != seen; })) {
       std::unique_lock<std::mutex> lock(mu_);
-      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      ++sleeping_workers_;
+      start_cv_.wait(lock, [&] { return stop_ || generation_.load(std::memory_order_acquire) != seen; });
+      --sleeping_workers_;
       if (stop_) return;
-      seen = generation_;
-      call = call_;
-      job = job_;
-      n = n_;
-      grain = grain_;
     }
-    const auto [b, e] = Chunk(n, grain, index, size());
-    if (b < e) call(job, b, e, index);
-    {
+    seen = generation_.load(std::memory_order_acquire);
+    if (seen == kStopGeneration) return;
+    const auto [b, e] = Chunk(n_, grain_, index, size());
+    if (b < e) call_(job_, b, e, index);
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) done_cv_.notify_one();
+      if (caller_sleeping_) done_cv_.notify_one();
     }
   }
 }
