@@ -125,11 +125,13 @@ void TransposeTokens(const float* x, int64_t n, int64_t K, float* xt, int64_t nt
 }
 }  // namespace
 
-void Linear(const LinearWeight& w, const float* x, int64_t n, float* y) {
+namespace {
+// pool == nullptr: everything on the calling thread.
+void LinearOn(const LinearWeight& w, const float* x, int64_t n, float* y, ThreadPool* pool_or_null) {
   M2_CHECK(w.valid(), "Linear on an empty weight");
   const KernelIsa isa = ActiveIsa();
-  const bool parallel = w.rows * w.cols * std::max<int64_t>(n, 1) >= (1 << 16);
-  ThreadPool& pool = ThreadPool::Global();
+  const bool parallel = pool_or_null != nullptr && pool_or_null->size() > 1 && w.rows * w.cols * std::max<int64_t>(n, 1) >= (1 << 16);
+  ThreadPool* pool = parallel ? pool_or_null : nullptr;
   if (n > 4 && isa != KernelIsa::kPortable && (w.format != WeightFormat::kFp8Block || (w.block_cols % 16 == 0 && (w.block_cols & (w.block_cols - 1)) == 0))) {
     // Prefill: tokens in chunks whose transposed copy stays in L2 while every row
     // panel streams past it. Each chunk is transposed once, by this thread.
@@ -138,14 +140,14 @@ void Linear(const LinearWeight& w, const float* x, int64_t n, float* y) {
     for (int64_t t0 = 0; t0 < n; t0 += kChunk) {
       const int64_t nt = std::min(kChunk, n - t0), ntp = (nt + 15) / 16 * 16;
       if (xt.size() < static_cast<size_t>(w.cols * ntp)) xt.resize(static_cast<size_t>(w.cols * ntp));
-      TransposeTokens(x + t0 * w.cols, nt, w.cols, xt.data(), ntp, parallel ? &pool : nullptr);
+      TransposeTokens(x + t0 * w.cols, nt, w.cols, xt.data(), ntp, pool);
       float* yc = y + t0 * w.rows;
       const float* xtp = xt.data();  // a thread_local named in the lambda would be the worker's own
       const auto body = [&, xtp](int64_t r0, int64_t r1, int) {
         if (isa == KernelIsa::kAvx512) GemmRowsTransposedAvx512(w, xtp, ntp, nt, yc, r0, r1);
         else GemmRowsTransposedAvx2(w, xtp, ntp, nt, yc, r0, r1);
       };
-      if (parallel) pool.ParallelFor(w.rows, 24, body);  // 24: whole panels of 12 (AVX-512) and 6 (AVX2) rows
+      if (parallel) pool->ParallelFor(w.rows, 24, body);  // 24: whole panels of 12 (AVX-512) and 6 (AVX2) rows
       else body(0, w.rows, 0);
     }
     return;
@@ -156,8 +158,13 @@ void Linear(const LinearWeight& w, const float* x, int64_t n, float* y) {
     else if (isa == KernelIsa::kAvx2) done = LinearRowsAvx2(w, x, n, y, r0, r1);
     if (!done) ReferenceRows(w, x, n, y, r0, r1);
   };
-  if (parallel) pool.ParallelFor(w.rows, 16, body);
+  if (parallel) pool->ParallelFor(w.rows, 16, body);
   else body(0, w.rows, 0);
 }
+}  // namespace
+
+void Linear(const LinearWeight& w, const float* x, int64_t n, float* y) { LinearOn(w, x, n, y, &ThreadPool::Global()); }
+
+void LinearOnThisThread(const LinearWeight& w, const float* x, int64_t n, float* y) { LinearOn(w, x, n, y, nullptr); }
 
 }  // namespace m2

@@ -51,6 +51,10 @@ struct LinearWeight {
 // thread pool. PRECONDITIONS: x holds n*cols floats, y room for n*rows; no aliasing.
 void Linear(const LinearWeight& w, const float* x, int64_t n, float* y);
 
+// Linear on the calling thread only, for callers that spread work over the pool at a
+// coarser grain (the MoE gives each thread whole experts).
+void LinearOnThisThread(const LinearWeight& w, const float* x, int64_t n, float* y);
+
 // The portable reference for every format, on the calling thread only: each row is
 // dequantized to fp32, then dotted with every token. Tests compare the SIMD kernels to it.
 void LinearReference(const LinearWeight& w, const float* x, int64_t n, float* y);

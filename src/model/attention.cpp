@@ -72,11 +72,15 @@ void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t
   }
 
   // One work item per (token, KV head): the `group` query heads sharing that KV head.
+  // Items go to the threads in contiguous ranges; in a prefill a token's work grows with
+  // its position, so the tokens are visited in the order 0, n-1, 1, n-2, ... which gives
+  // every range about the same amount of work.
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   ThreadPool::Global().ParallelFor(n * KV, 1, [&](int64_t i0, int64_t i1, int) {
     thread_local std::vector<float> scores;
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t t = i / KV, g = i % KV;
+      const int64_t u = i / KV, g = i % KV;
+      const int64_t t = u % 2 == 0 ? u / 2 : n - 1 - u / 2;
       const int64_t first = s.seq_first_block[s.token_seq[t]];
       KvHeadView kv;
       kv.k_blocks = &s.k_blocks[first];

@@ -267,6 +267,10 @@ Result<ModelConfig> ParseModelConfig(const json& j) {
   if (c.num_experts_per_tok > c.num_local_experts)
     return Error("config field \"num_experts_per_tok\": expected at most num_local_experts ({}), found {}",
                  c.num_local_experts, c.num_experts_per_tok);
+  if (c.num_experts_per_tok > kMaxExpertsPerToken)
+    return Error("config field \"num_experts_per_tok\": expected at most {} (the engine's limit; MiniMax models use 8), "
+                 "found {}",
+                 kMaxExpertsPerToken, c.num_experts_per_tok);
   if (c.rotary_dim <= 0 || c.rotary_dim > c.head_dim || c.rotary_dim % 2 != 0)
     return Error("config: rotary dimension head_dim * partial_rotary_factor = {} * {} = {}; expected an even number "
                  "between 2 and head_dim",

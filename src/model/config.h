@@ -25,6 +25,9 @@ struct QuantConfig {
   std::string m2_format;  // quant_method "m2" (m2 quantize): "q8" or "q4"
 };
 
+// The most experts a token may be routed to (num_experts_per_tok); MiniMax models use 8.
+inline constexpr int64_t kMaxExpertsPerToken = 64;
+
 struct ModelConfig {
   std::string architecture = "MiniMaxM2ForCausalLM";
   std::string model_type = "minimax_m2";

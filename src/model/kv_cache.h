@@ -56,6 +56,8 @@ class KvBlockPool {
   float* V(int32_t block, int64_t layer) { return K(block, layer) + layer_half_[layer]; }
 
   int64_t blocks_in_use() const { return static_cast<int64_t>(blocks_.size() - free_.size()); }
+  // Blocks ever allocated (freed ones are kept for reuse): the pool's memory.
+  int64_t blocks_allocated() const { return static_cast<int64_t>(blocks_.size()); }
   int64_t block_floats() const { return block_floats_; }
 
  private:

@@ -18,6 +18,10 @@ struct TokenSlot {
 };
 
 // Scratch memory reused across calls (grows, never shrinks).
+// The MoE groups at most this many tokens at a time: its per-(token, slot) outputs take
+// kMoeChunkTokens * top_k * hidden floats (96 MiB for M2) however long the prompt.
+inline constexpr int64_t kMoeChunkTokens = 1024;
+
 struct Scratch {
   std::vector<float> q, k, v, attn, scores;
   std::vector<float> router, gathered, gate, up, down;
@@ -31,6 +35,12 @@ struct Scratch {
   std::vector<float> weight, score, biased;
   std::vector<int32_t> order;
   std::vector<std::vector<int32_t>> by_expert;
+  std::vector<int32_t> used;       // experts with tokens in this chunk, most tokens first
+  std::vector<float> pair_out;     // [tokens * top_k, hidden]: each (token, slot)'s expert output
+  struct ExpertThread {            // one per pool thread (experts run in parallel)
+    std::vector<float> gathered, gate, up, down;
+  };
+  std::vector<ExpertThread> expert_threads;
 };
 
 // out[n, hidden] = self-attention of x[n, hidden] (already normed). Writes this
@@ -40,7 +50,11 @@ void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t
                       const float* x, const std::vector<TokenSlot>& slots, float* out, Scratch& s, Tracer* trace);
 
 // out[n, hidden] = sparse MoE of x[n, hidden]. Tokens are grouped by expert so each
-// chosen expert's weights are read once per batch.
+// chosen expert's weights are read once per batch (per chunk of kMoeChunkTokens). When
+// there are enough experts with tokens, the pool's threads take whole experts (no
+// synchronisation per matrix); otherwise each expert's rows are split over the threads.
+// Either way each token sums its experts' outputs in expert-index order, so the result
+// does not depend on the thread count.
 void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int64_t layer, const float* x, int64_t n, float* out,
                 Scratch& s, Tracer* trace);
 

@@ -4,11 +4,13 @@
 //   w = s[idx] / sum(s[idx])              weights are the unbiased scores, renormalised
 //   out = sum_j w_j * W2_j(silu(W1_j x) * W3_j x)
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <numeric>
 
 #include <fmt/format.h>
 
+#include "base/thread_pool.h"
 #include "kernels/linear.h"
 #include "kernels/ops.h"
 #include "model/layers.h"
@@ -52,31 +54,72 @@ void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int64_t layer, cons
     }
   }
 
-  std::fill_n(out, n * Hd, 0.0f);
-  // Group the (token, slot) pairs by expert; each used expert runs once on its tokens.
+  ThreadPool& pool = ThreadPool::Global();
+  const int threads = pool.size();
+  if (s.expert_threads.size() < static_cast<size_t>(threads)) s.expert_threads.resize(static_cast<size_t>(threads));
   auto& by_expert = s.by_expert;
   by_expert.resize(static_cast<size_t>(E));
-  for (auto& v : by_expert) v.clear();  // keeps capacity: no allocation once warm
-  for (int64_t i = 0; i < n * K; ++i) by_expert[chosen[i]].push_back(static_cast<int32_t>(i));
-  for (int64_t e = 0; e < E; ++e) {
+
+  // One expert on its (token, slot) pairs: gather, W1 and W3, silu * up, W2, and each
+  // pair's output row into pair_out (relative to the chunk's first pair p0).
+  const auto run_expert = [&](int64_t e, int64_t p0, Scratch::ExpertThread& es, bool split_rows) {
     const auto& pairs = by_expert[e];
-    if (pairs.empty()) continue;
     const int64_t m = static_cast<int64_t>(pairs.size());
-    s.gathered.resize(static_cast<size_t>(m * Hd));
-    for (int64_t r = 0; r < m; ++r) std::copy_n(x + (pairs[r] / K) * Hd, Hd, &s.gathered[r * Hd]);
-    s.gate.resize(static_cast<size_t>(m * I));
-    s.up.resize(static_cast<size_t>(m * I));
-    s.down.resize(static_cast<size_t>(m * Hd));
+    es.gathered.resize(static_cast<size_t>(m * Hd));
+    for (int64_t r = 0; r < m; ++r) std::copy_n(x + (pairs[r] / K) * Hd, Hd, &es.gathered[r * Hd]);
+    es.gate.resize(static_cast<size_t>(m * I));
+    es.up.resize(static_cast<size_t>(m * I));
+    es.down.resize(static_cast<size_t>(m * Hd));
     const ExpertWeights& ex = w.experts[e];
-    Linear(ex.w1, s.gathered.data(), m, s.gate.data());
-    Linear(ex.w3, s.gathered.data(), m, s.up.data());
-    SiluMul(s.gate.data(), s.up.data(), m * I);
-    Linear(ex.w2, s.gate.data(), m, s.down.data());
-    for (int64_t r = 0; r < m; ++r) {
-      const float wt = weight[pairs[r]];
-      float* o = out + (pairs[r] / K) * Hd;
-      for (int64_t d = 0; d < Hd; ++d) o[d] += wt * s.down[r * Hd + d];
+    const auto linear = split_rows ? &Linear : &LinearOnThisThread;
+    linear(ex.w1, es.gathered.data(), m, es.gate.data());
+    linear(ex.w3, es.gathered.data(), m, es.up.data());
+    SiluMul(es.gate.data(), es.up.data(), m * I);
+    linear(ex.w2, es.gate.data(), m, es.down.data());
+    for (int64_t r = 0; r < m; ++r) std::copy_n(&es.down[r * Hd], Hd, &s.pair_out[(pairs[r] - p0) * Hd]);
+  };
+
+  for (int64_t c0 = 0; c0 < n; c0 += kMoeChunkTokens) {
+    const int64_t c1 = std::min(n, c0 + kMoeChunkTokens), p0 = c0 * K;
+    // Group the chunk's (token, slot) pairs by expert; each used expert runs once.
+    for (auto& v : by_expert) v.clear();  // keeps capacity: no allocation once warm
+    for (int64_t i = p0; i < c1 * K; ++i) by_expert[chosen[i]].push_back(static_cast<int32_t>(i));
+    s.used.clear();
+    for (int64_t e = 0; e < E; ++e)
+      if (!by_expert[e].empty()) s.used.push_back(static_cast<int32_t>(e));
+    // Biggest first, so the last experts handed out are small (balances the threads).
+    // (std::sort with a tie-break: stable_sort would allocate.)
+    std::sort(s.used.begin(), s.used.end(), [&](int32_t a, int32_t b) {
+      return by_expert[a].size() != by_expert[b].size() ? by_expert[a].size() > by_expert[b].size() : a < b;
+    });
+    s.pair_out.resize(static_cast<size_t>((c1 - c0) * K * Hd));
+
+    const int64_t used = static_cast<int64_t>(s.used.size());
+    if (threads > 1 && used >= 4 * threads) {
+      std::atomic<int64_t> next{0};
+      pool.ParallelFor(threads, 1, [&](int64_t, int64_t, int th) {
+        for (int64_t i = next.fetch_add(1); i < used; i = next.fetch_add(1))
+          run_expert(s.used[i], p0, s.expert_threads[th], false);
+      });
+    } else {
+      for (int64_t i = 0; i < used; ++i) run_expert(s.used[i], p0, s.expert_threads[0], true);
     }
+
+    // out[t] = sum over t's slots, in expert-index order, of weight * expert output.
+    pool.ParallelFor(c1 - c0, 8, [&](int64_t b, int64_t e, int) {
+      int64_t slot[kMaxExpertsPerToken];  // config.cpp checks top_k against it
+      for (int64_t t = c0 + b; t < c0 + e; ++t) {
+        for (int64_t j = 0; j < K; ++j) slot[j] = t * K + j;
+        std::sort(slot, slot + K, [&](int64_t a, int64_t c) { return chosen[a] < chosen[c]; });
+        float* o = out + t * Hd;
+        std::fill_n(o, Hd, 0.0f);
+        for (int64_t j = 0; j < K; ++j) {
+          const float wt = weight[slot[j]];
+          const float* d = &s.pair_out[(slot[j] - p0) * Hd];
+          for (int64_t h = 0; h < Hd; ++h) o[h] += wt * d[h];
+        }
+      }
+    });
   }
   if (trace) trace->Record(fmt::format("layers.{}.moe_out", layer), out, {n, Hd});
 }
