@@ -107,6 +107,7 @@ void Check(const char* kernel_name, const Kernel& kernel) {
       {WeightFormat::kF32, 7, 33},     {WeightFormat::kBF16, 40, 96},  {WeightFormat::kF16, 9, 40},
       {WeightFormat::kFp8Block, 200, 160},  // partial 128x128 blocks on both axes
       {WeightFormat::kFp8Block, 70, 300},   {WeightFormat::kQ8, 50, 64}, {WeightFormat::kQ4, 37, 96},
+      {WeightFormat::kQ8, 19, 544}, {WeightFormat::kQ4, 21, 1056},  // scales in chunks of 16 groups plus a rest
       {WeightFormat::kBF16, 3, 5},
   };
   std::mt19937 rng(42);
