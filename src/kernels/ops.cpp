@@ -54,10 +54,10 @@ void Softmax(float* x, int64_t n) {
 
 namespace m2 {
 
-double ReadAll(const float* p, int64_t n) {
+double ReadAll(const float* p, int64_t n, bool prefetch) {
   switch (ActiveIsa()) {
-    case KernelIsa::kAvx512: return ReadAllAvx512(p, n);
-    case KernelIsa::kAvx2: return ReadAllAvx2(p, n);
+    case KernelIsa::kAvx512: return ReadAllAvx512(p, n, prefetch);
+    case KernelIsa::kAvx2: return ReadAllAvx2(p, n, prefetch);
     default: {
       double s = 0;
       for (int64_t i = 0; i < n; ++i) s += p[i];

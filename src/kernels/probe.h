@@ -7,13 +7,15 @@
 namespace m2 {
 
 // Sum of n floats, read with SIMD loads and independent accumulators (a streaming read).
-double ReadAll(const float* p, int64_t n);
+// prefetch: also prefetch 16 KiB ahead into L2, as the GEMV kernels do; on some machines
+// that reads faster than the plain loop, so a bandwidth ceiling takes the best of both.
+double ReadAll(const float* p, int64_t n, bool prefetch = false);
 // Runs `iters` rounds of independent fp32 FMA chains; returns the FLOPs performed
 // (2 per lane per FMA). The result feeds a sink so the work cannot be optimised away.
 double FmaBurst(int64_t iters);
 
-double ReadAllAvx512(const float* p, int64_t n);
-double ReadAllAvx2(const float* p, int64_t n);
+double ReadAllAvx512(const float* p, int64_t n, bool prefetch);
+double ReadAllAvx2(const float* p, int64_t n, bool prefetch);
 double FmaBurstAvx512(int64_t iters);
 double FmaBurstAvx2(int64_t iters);
 

@@ -5,6 +5,8 @@
 #include "kernels/probe_simd.inc"
 
 namespace m2 {
-double ReadAllAvx2(const float* p, int64_t n) { return avx2::ReadAllSimd(p, n); }
+double ReadAllAvx2(const float* p, int64_t n, bool prefetch) {
+  return prefetch ? avx2::ReadAllSimd<true>(p, n) : avx2::ReadAllSimd<false>(p, n);
+}
 double FmaBurstAvx2(int64_t iters) { return avx2::FmaBurstSimd(iters); }
 }  // namespace m2

@@ -5,6 +5,8 @@
 #include "kernels/probe_simd.inc"
 
 namespace m2 {
-double ReadAllAvx512(const float* p, int64_t n) { return avx512::ReadAllSimd(p, n); }
+double ReadAllAvx512(const float* p, int64_t n, bool prefetch) {
+  return prefetch ? avx512::ReadAllSimd<true>(p, n) : avx512::ReadAllSimd<false>(p, n);
+}
 double FmaBurstAvx512(int64_t iters) { return avx512::FmaBurstSimd(iters); }
 }  // namespace m2
