@@ -30,9 +30,9 @@ std::pair<int64_t, int64_t> Chunk(int64_t n, int64_t grain, int i, int parts) {
   const int64_t b = units * i / parts * grain, e = units * (i + 1) / parts * grain;
   return {std::min(b, n), std::min(e, n)};
 }
-// Calls done() until it holds or kSpinMicros pass; false if it never held.
+// Calls done() until it holds or `micros` pass; false if it never held.
 template <class Done>
-bool SpinUntilFor(int micros, const Done& done) {
+bool SpinUntil(int micros, const Done& done) {
   if (done()) return true;
   const auto limit = std::chrono::steady_clock::now() + std::chrono::microseconds(micros);
   for (int i = 1;; ++i) {
@@ -44,11 +44,6 @@ bool SpinUntilFor(int micros, const Done& done) {
   }
 }
 }  // namespace
-
-template <class Done>
-bool ThreadPool::SpinUntil(const Done& done) {
-  return SpinUntilFor(kSpinMicros, done);
-}
 
 int AvailableCores() {
   cpu_set_t set;
@@ -95,7 +90,7 @@ void ThreadPool::Run(int64_t n, int64_t grain, Trampoline call, const void* fn) 
   if (wake) start_cv_.notify_all();
   const auto [b, e] = Chunk(n, grain, 0, parts);
   if (b < e) call(fn, b, e, 0);
-  if (!SpinUntil([this] { return pending_.load(std::memory_order_acquire) == 0; })) {
+  if (!SpinUntil(kSpinMicros, [this] { return pending_.load(std::memory_order_acquire) == 0; })) {
     std::unique_lock<std::mutex> lock(mu_);
     caller_sleeping_ = true;
     done_cv_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
@@ -107,7 +102,7 @@ void ThreadPool::Run(int64_t n, int64_t grain, Trampoline call, const void* fn) 
 void ThreadPool::WorkerLoop(int index) {
   uint64_t seen = 0;
   for (;;) {
-    if (!SpinUntil([&] { return generation_.load(std::memory_order_acquire) != seen; })) {
+    if (!SpinUntil(kSpinMicros, [&] { return generation_.load(std::memory_order_acquire) != seen; })) {
       std::unique_lock<std::mutex> lock(mu_);
       ++sleeping_workers_;
       start_cv_.wait(lock, [&] { return stop_ || generation_.load(std::memory_order_acquire) != seen; });

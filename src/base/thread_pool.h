@@ -47,8 +47,6 @@ class ThreadPool {
   using Trampoline = void (*)(const void* fn, int64_t begin, int64_t end, int thread);
   void Run(int64_t n, int64_t grain, Trampoline call, const void* fn);
   void WorkerLoop(int index);
-  template <class Done>
-  bool SpinUntil(const Done& done);
   static constexpr uint64_t kStopGeneration = ~uint64_t{0};
   static constexpr int kSpinMicros = 500;
   std::vector<std::thread> workers_;

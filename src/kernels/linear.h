@@ -51,6 +51,10 @@ struct LinearWeight {
 // thread pool. PRECONDITIONS: x holds n*cols floats, y room for n*rows; no aliasing.
 void Linear(const LinearWeight& w, const float* x, int64_t n, float* y);
 
+// How far ahead the GEMV kernels prefetch weights into L2 (linear_simd.inc); the
+// bandwidth probe's prefetching read (probe.h) uses the same distance.
+inline constexpr int64_t kPrefetchFarBytes = 16384;
+
 // Linear on the calling thread only, for callers that spread work over the pool at a
 // coarser grain (the MoE gives each thread whole experts).
 void LinearOnThisThread(const LinearWeight& w, const float* x, int64_t n, float* y);

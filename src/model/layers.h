@@ -24,7 +24,7 @@ inline constexpr int64_t kMoeChunkTokens = 1024;
 
 struct Scratch {
   std::vector<float> q, k, v, attn, scores;
-  std::vector<float> router, gathered, gate, up, down;
+  std::vector<float> router;
   // Attention: per-sequence block pointers for the current layer.
   std::vector<SequenceCache*> seq_caches;
   std::vector<int64_t> seq_first_block;
