@@ -7,18 +7,34 @@
 
 namespace m2 {
 
-// Where the cached keys and values of one sequence, layer and KV head lie. Positions
-// are stored in blocks of `block_tokens`; position j is row j % block_tokens of block
-// j / block_tokens, and a row is `row_stride` floats apart from the next (head_dim
-// for the engine's head-major blocks).
+// How cached keys and values are stored. bf16 halves the cache (and the bytes attention
+// reads per token); the kernels widen it to fp32 exactly and compute in fp32.
+enum class KvDtype : uint8_t { kF32, kBf16 };
+inline int64_t KvDtypeBytes(KvDtype t) { return t == KvDtype::kF32 ? 4 : 2; }
+const char* KvDtypeName(KvDtype t);
+
+// Where the cached keys and values of one sequence, layer and KV head lie. The layer's
+// K and V live in arenas indexed by block id: position j is in block blocks[j /
+// block_tokens], row j % block_tokens; that block's rows of this head start
+// block_stride * id + head_offset elements (of `dtype`) from k_base (keys) or v_base
+// (values), and a row is `row_stride` elements apart from the next (head_dim for the
+// engine's head-major blocks).
 struct KvHeadView {
-  const float* const* k_blocks = nullptr;  // per block: the start of its K data (all heads)
-  const float* const* v_blocks = nullptr;
-  int64_t head_offset = 0;  // this head's first row, in floats from a block's start
+  const void* k_base = nullptr;
+  const void* v_base = nullptr;
+  const int32_t* blocks = nullptr;  // the sequence's block ids, in position order
+  int64_t block_stride = 0;
+  int64_t head_offset = 0;
   int64_t block_tokens = 0;
   int64_t row_stride = 0;
   int64_t length = 0;  // positions 0..length-1 are attended (causal: up to the query)
+  KvDtype dtype = KvDtype::kF32;
 };
+
+// dst[0..n) = src[0..n) in `dtype` (bf16: round to nearest even, NaN stays NaN).
+void StoreKv(const float* src, int64_t n, KvDtype dtype, void* dst);
+// dst[0..n) = src[0..n) widened to fp32 (exact).
+void LoadKv(const void* src, int64_t n, KvDtype dtype, float* dst);
 
 // out[h, 0..D) = softmax_j(q[h] . K_j * scale) V_j, for h < group.
 // q: [group, D]; scratch: room for group * length floats.
