@@ -13,6 +13,9 @@
 #include "base/cpu.h"
 #include "base/progress.h"
 #include "base/thread_pool.h"
+#include "cli/bench_serving.h"
+#include "cli/bench_util.h"
+#include "runtime/engine.h"
 #include "cli/commands.h"
 #include "kernels/probe.h"
 #include "model/model.h"
@@ -20,8 +23,6 @@
 namespace m2::cli {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 struct BenchOptions {
   std::string model;
@@ -32,112 +33,37 @@ struct BenchOptions {
   int threads = 0;
   bool json = false;
   bool scaling = true;
+  std::string kv_dtype = "bf16";
+  std::string streams;            // e.g. "1,4,8,16": batched decode through the engine
+  int64_t stream_context = 128;
+  int prefix_turns = 0;           // > 0: the prefix-cache conversation
+  int64_t prefix_system = 4000;
+  bool serving_only = false;      // skip the single-sequence prefill / decode / scaling sections
 };
-
-double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-// Best of six parallel passes over a buffer much larger than the caches, three plain
-// and three with the GEMV kernels' prefetching (whichever reads faster here).
-double MeasureBandwidth(ThreadPool& pool) {
-  const int64_t n = (1ll << 30) / sizeof(float);
-  std::vector<float> buf(static_cast<size_t>(n), 1.0f);
-  double best = 0;
-  for (int rep = 0; rep < 6; ++rep) {
-    std::vector<double> sums(pool.size());
-    const bool prefetch = rep % 2 == 1;
-    const auto t0 = Clock::now();
-    pool.ParallelFor(n, 4096, [&](int64_t b, int64_t e, int th) { sums[th] += ReadAll(buf.data() + b, e - b, prefetch); });
-    const double s = Seconds(t0, Clock::now());
-    best = std::max(best, static_cast<double>(n * sizeof(float)) / s);
-  }
-  return best;
-}
-
-double MeasurePeakFlops(ThreadPool& pool) {
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    std::vector<double> flops(pool.size());
-    const auto t0 = Clock::now();
-    pool.ParallelFor(pool.size(), 1, [&](int64_t b, int64_t e, int th) {
-      for (int64_t i = b; i < e; ++i) flops[th] += FmaBurst(20'000'000);
-    });
-    const double s = Seconds(t0, Clock::now());
-    double total = 0;
-    for (double f : flops) total += f;
-    best = std::max(best, total / s);
-  }
-  return best;
-}
-
-int64_t PeakRssBytes() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  return 0;
-}
-
-// Bring every page of the weights into memory so timings measure compute and memory,
-// not disk: MADV_POPULATE_READ (Linux 5.14+) maps them in large batches; where the
-// kernel lacks it, every page is touched (several times slower: a fault per 4 KiB).
-void Prefault(const TensorStore& store) {
-#ifndef MADV_POPULATE_READ
-  constexpr int MADV_POPULATE_READ = 22;
-#endif
-  uint64_t total = 0;
-  for (const auto& f : store.files()) total += f->file_size();
-  Progress p("reading weights into memory", total, "bytes");
-  volatile uint8_t sink = 0;
-  const uintptr_t page = 4096;
-  for (const auto& f : store.files()) {
-    for (const auto& e : f->header().tensors) {
-      const TensorView v = f->View(e);
-      const uintptr_t b = reinterpret_cast<uintptr_t>(v.data) & ~(page - 1);
-      const uintptr_t end = reinterpret_cast<uintptr_t>(v.data) + v.nbytes;
-      if (::madvise(reinterpret_cast<void*>(b), end - b, MADV_POPULATE_READ) != 0)
-        for (size_t i = 0; i < v.nbytes; i += page) sink = sink + v.data[i];
-      p.Advance(v.nbytes);
-    }
-  }
-  (void)sink;
-}
-
-struct Costs {
-  double linear_flops_per_token = 0;  // every layer's projections, router and top-k experts
-  double weight_bytes_per_token = 0;  // decode: weights read for one token
-  double lm_head_flops = 0;
-};
-
-Costs CountCosts(const Model& m) {
-  const ModelConfig& c = m.config();
-  const ModelWeights& w = m.weights();
-  Costs k;
-  for (const auto& L : w.layers) {
-    for (const LinearWeight* lw : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.o, &L.moe.gate}) {
-      k.linear_flops_per_token += 2.0 * lw->rows * lw->cols;
-      k.weight_bytes_per_token += lw->bytes();
-    }
-    const ExpertWeights& ex = L.moe.experts[0];  // every expert has the same size
-    const double expert_bytes = ex.w1.bytes() + ex.w3.bytes() + ex.w2.bytes();
-    const double expert_flops = 2.0 * (ex.w1.rows * ex.w1.cols + ex.w3.rows * ex.w3.cols + ex.w2.rows * ex.w2.cols);
-    k.linear_flops_per_token += c.num_experts_per_tok * expert_flops;
-    k.weight_bytes_per_token += c.num_experts_per_tok * expert_bytes;
-  }
-  k.lm_head_flops = 2.0 * w.lm_head.rows * w.lm_head.cols;
-  k.weight_bytes_per_token += w.lm_head.bytes() + w.embed.bytes() / w.embed.rows;
-  return k;
-}
-
-// Attention FLOPs of a token at position p: QK^T and PV over p+1 positions, all layers.
-double AttentionFlops(const ModelConfig& c, int64_t p) {
-  return 4.0 * c.num_attention_heads * c.head_dim * static_cast<double>(p + 1) * c.num_hidden_layers;
-}
 
 int Run(const BenchOptions& o) {
   auto prefill_lens = ParseIdList(o.prefill);
   if (!prefill_lens.ok()) return Fail(Status(prefill_lens.status()).WithContext("--prefill"));
   auto contexts = ParseIdList(o.contexts);
   if (!contexts.ok()) return Fail(Status(contexts.status()).WithContext("--context"));
+  std::vector<int32_t> streams;
+  if (!o.streams.empty()) {
+    auto s = ParseIdList(o.streams);
+    if (!s.ok()) return Fail(Status(s.status()).WithContext("--streams"));
+    streams = *s;
+    for (int32_t v : streams)
+      if (v < 1 || v > 1024) return Fail(Error("--streams: each count must be in [1, 1024], found {}", v));
+  }
+  auto kv_dtype = runtime::ParseKvDtype(o.kv_dtype);
+  if (!kv_dtype.ok()) return Fail(Status(kv_dtype.status()).WithContext("--kv-dtype"));
+  for (int32_t P : *prefill_lens)
+    if (P < 1) return Fail(Error("--prefill: each prompt length must be >= 1, found {}", P));
+  for (int32_t C : *contexts)
+    if (C < 1) return Fail(Error("--context: each context must be >= 1, found {}", C));
+  if (o.serving_only) {
+    prefill_lens->clear();
+    contexts->clear();
+  }
   if (o.threads > 0) ThreadPool::SetGlobalThreads(o.threads);
   ThreadPool& pool = ThreadPool::Global();
   const int threads = pool.size();
@@ -159,7 +85,11 @@ int Run(const BenchOptions& o) {
   const Costs costs = CountCosts(m);
   std::mt19937 rng(7);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size - 1));
-  KvBlockPool kv_pool(m.cache_layout(64));
+  for (int32_t C : *contexts)
+    if (C + o.decode_steps + 1 > c.max_position_embeddings)
+      return Fail(Error("--context {} plus {} decode steps passes the model's context of {}", C, o.decode_steps,
+                        c.max_position_embeddings));
+  KvBlockPool kv_pool(m.cache_layout(64, false, *kv_dtype));
   std::vector<float> logits;
 
   // Prefill: a fresh sequence of P random tokens, logits for the last one only.
@@ -198,9 +128,10 @@ int Run(const BenchOptions& o) {
     for (int64_t l = 0; l < c.num_hidden_layers; ++l)
       for (int64_t p = 0; p + 1 < C; ++p)
         for (int64_t g = 0; g < c.num_key_value_heads; ++g) {
-          float* k = cache.K(l, p, g);
-          float* v = cache.V(l, p, g);
+          std::vector<float> k(static_cast<size_t>(c.head_dim)), v(k.size());
           for (int64_t i = 0; i < c.head_dim; ++i) k[i] = nd(rng), v[i] = nd(rng);
+          StoreKv(k.data(), c.head_dim, *kv_dtype, cache.KRaw(l, p, g));
+          StoreKv(v.data(), c.head_dim, *kv_dtype, cache.VRaw(l, p, g));
         }
     SequenceCache* cs[] = {&cache};
     std::vector<double> steps;
@@ -219,7 +150,7 @@ int Run(const BenchOptions& o) {
   }
 
   nlohmann::json scaling;
-  if (o.scaling && threads > 1) {
+  if (o.scaling && threads > 1 && !o.serving_only) {
     std::fprintf(stderr, "prefill 512 tokens on 1 thread and on %d...\n", threads);
     // Alternating, best of `repeats` each, so a slow spell of the machine hits both.
     double multi = 1e30, single = 1e30;
@@ -233,9 +164,19 @@ int Run(const BenchOptions& o) {
   }
 
   const int64_t peak_rss = PeakRssBytes();
+
+  // Serving sections, through the engine.
+  nlohmann::json streams_rows, prefix, sampling;
+  if (!streams.empty())
+    streams_rows = BenchStreams(m, costs, streams, o.stream_context, o.decode_steps, *kv_dtype, bandwidth_before);
+  if (o.prefix_turns > 0) prefix = BenchPrefixCache(m, o.prefix_system, o.prefix_turns, *kv_dtype);
+  double step_for_sampling = !decode_seconds.empty() ? decode_seconds[0] : 0;
+  if (step_for_sampling == 0 && streams_rows.is_array() && !streams_rows.empty())
+    step_for_sampling = streams_rows[0]["seconds_per_step"].get<double>();
+  sampling = BenchSampling(c.vocab_size, step_for_sampling);
   uint64_t file_bytes = 0;
   for (const auto& f : m.store().files()) file_bytes += f->file_size();
-  const double kv_pool_bytes = static_cast<double>(kv_pool.blocks_allocated()) * kv_pool.block_floats() * 4;
+  const double kv_pool_bytes = static_cast<double>(kv_pool.blocks_allocated()) * kv_pool.block_bytes();
 
   std::fprintf(stderr, "measuring the machine again...\n");
   // (SetGlobalThreads above replaced the pool that `pool` referred to.)
@@ -244,6 +185,9 @@ int Run(const BenchOptions& o) {
   const double bandwidth = std::max(bandwidth_before, bandwidth_after);
   const double peak = std::max(peak_before, peak_after);
 
+  if (streams_rows.is_array())
+    for (auto& r : streams_rows)
+      r["bandwidth_utilization"] = r["bytes_per_step"].get<double>() / r["seconds_per_step"].get<double>() / bandwidth;
   nlohmann::json prefill_rows = nlohmann::json::array();
   for (size_t i = 0; i < prefill_seconds.size(); ++i) {
     const int32_t P = (*prefill_lens)[i];
@@ -256,7 +200,7 @@ int Run(const BenchOptions& o) {
     const int32_t C = (*contexts)[i];
     const double per_token = decode_seconds[i];
     const double avg_ctx = C + o.decode_steps / 2.0;
-    const double kv_bytes = avg_ctx * c.num_hidden_layers * 2.0 * c.kv_dim() * sizeof(float);
+    const double kv_bytes = avg_ctx * static_cast<double>(runtime::KvBytesPerToken(c, *kv_dtype));
     const double bytes = costs.weight_bytes_per_token + kv_bytes;
     decode_rows.push_back({{"context", C}, {"tokens_per_s", 1.0 / per_token}, {"seconds_per_token", per_token},
                            {"weight_bytes_per_token", costs.weight_bytes_per_token}, {"kv_bytes_per_token", kv_bytes},
@@ -267,7 +211,8 @@ int Run(const BenchOptions& o) {
                       {"prefill", prefill_rows}, {"decode", decode_rows}, {"weights_file_bytes", file_bytes},
                       {"kv_pool_bytes", kv_pool_bytes}, {"peak_rss_bytes", peak_rss},
                       {"peak_rss_over_weights_and_kv", peak_rss / (file_bytes + kv_pool_bytes) - 1.0},
-                      {"thread_scaling", scaling},
+                      {"thread_scaling", scaling}, {"kv_dtype", KvDtypeName(*kv_dtype)},
+                      {"batched_decode", streams_rows}, {"prefix_cache", prefix}, {"sampling", sampling},
                       {"ceilings_measured", {{"before", {{"read_bandwidth_bytes_per_s", bandwidth_before}, {"peak_fp32_flops", peak_before}}},
                                              {"after", {{"read_bandwidth_bytes_per_s", bandwidth_after}, {"peak_fp32_flops", peak_after}}}}}};
   if (o.json) {
@@ -293,6 +238,40 @@ int Run(const BenchOptions& o) {
   if (!scaling.is_null())
     std::printf("threads: prefill of 512 tokens is %.2fx faster on %d threads than on 1\n",
                 scaling["prefill_512_speedup"].get<double>(), threads);
+  if (streams_rows.is_array() && !streams_rows.empty() && !streams_rows[0].contains("error")) {
+    std::printf("\nbatched decode at context %lld (KV %s):\n%-8s %12s %12s %10s %14s %12s %12s\n", (long long)o.stream_context,
+                KvDtypeName(*kv_dtype), "streams", "tokens/s", "per stream", "vs first", "experts/layer", "MB/step",
+                "of bandwidth");
+    for (const auto& r : streams_rows)
+      std::printf("%-8d %12.2f %12.2f %9.2fx %14.1f %12.1f %11.1f%%\n", r["streams"].get<int>(),
+                  r["aggregate_tokens_per_s"].get<double>(), r["per_stream_tokens_per_s"].get<double>(),
+                  r["speedup_over_first"].get<double>(), r["experts_run_per_layer"].get<double>(),
+                  r["bytes_per_step"].get<double>() / 1e6, 100 * r["bandwidth_utilization"].get<double>());
+  } else if (streams_rows.is_object()) {
+    std::printf("\nbatched decode FAILED: %s\n", streams_rows.dump().c_str());
+  }
+  if (prefix.is_object() && prefix.contains("turns")) {
+    std::printf("\nprefix cache: %lld-token system prefix, time to first token per turn\n%-6s %10s %10s %12s %12s %9s\n",
+                (long long)o.prefix_system, "turn", "prompt", "reused", "cache on s", "cache off s", "speedup");
+    for (const auto& r : prefix["turns"])
+      std::printf("%-6d %10lld %10lld %12.3f %12.3f %8.1fx\n", r["turn"].get<int>(),
+                  (long long)r["prompt_tokens"].get<int64_t>(), (long long)r["reused_tokens"].get<int64_t>(),
+                  r["ttft_cache_on_s"].get<double>(), r["ttft_cache_off_s"].get<double>(), r["speedup"].get<double>());
+    const auto& s2 = prefix["second_conversation"];
+    std::printf("second conversation (same system prefix only): %lld of %lld tokens reused, first token in %.3f s "
+                "(%.1fx faster than the cold first turn)\n",
+                (long long)s2["reused_tokens"].get<int64_t>(), (long long)s2["prompt_tokens"].get<int64_t>(),
+                s2["ttft_s"].get<double>(), s2["speedup_over_cold_turn_1"].get<double>());
+  } else if (!prefix.is_null()) {
+    std::printf("\nprefix cache benchmark FAILED: %s\n", prefix.dump().c_str());
+  }
+  std::printf("\nsampling at vocabulary %lld:", (long long)c.vocab_size);
+  for (const auto& r : sampling) {
+    std::printf(" %s %.0f us", r["setting"].get<std::string>().c_str(), r["microseconds"].get<double>());
+    if (r.contains("share_of_decode_step")) std::printf(" (%.2f%% of a decode step)", 100 * r["share_of_decode_step"].get<double>());
+    std::printf(";");
+  }
+  std::printf("\n");
   return 0;
 }
 
@@ -311,6 +290,17 @@ void AddBench(CLI::App& app, Runner& run) {
   cmd->add_option("-t,--threads", o->threads, "Threads (default: one per core)")->check(CLI::Range(0, 1024));
   cmd->add_flag("--json", o->json, "Print machine-readable JSON");
   cmd->add_flag("!--no-scaling", o->scaling, "Skip the one-thread prefill used to measure thread scaling");
+  cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache storage: bf16 (default) or f32");
+  cmd->add_option("--streams", o->streams,
+                  "Batched decode through the serving engine with these stream counts, e.g. 1,4,8,16");
+  cmd->add_option("--stream-context", o->stream_context, "Prompt tokens of each stream in --streams (default 128)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--prefix-turns", o->prefix_turns,
+                  "Time to first token over a conversation of N turns, prefix cache on and off (0: skip)")
+      ->check(CLI::Range(0, 100));
+  cmd->add_option("--prefix-system", o->prefix_system, "System-prompt tokens of that conversation (default 4000)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_flag("--serving-only", o->serving_only, "Only the serving sections (--streams, --prefix-turns, sampling)");
   cmd->callback([o, &run] { run = [o] { return Run(*o); }; });
 }
 

@@ -20,6 +20,7 @@
 #include "base/mapped_file.h"
 #include "chat/chat_template.h"
 #include "cli/commands.h"
+#include "cli/engine_flags.h"
 #include "cli/sampling_flags.h"
 #include "model/model.h"
 #include "runtime/chat_session.h"
@@ -39,6 +40,7 @@ struct ChatOptions {
   double tool_timeout = 60;
   int max_tool_rounds = 8;
   SamplingFlags sampling;
+  EngineFlags engine;
 };
 
 // Set by the SIGINT handler; read by the generation loop (as its cancel flag) and the
@@ -155,6 +157,8 @@ int Run(ChatOptions& o) {
   if (!model.ok()) return Fail(model.status());
   auto sampling = ResolveSampling(o.sampling, o.model, (*model)->config());
   if (!sampling.ok()) return Fail(sampling.status());
+  auto engine_opts = ResolveEngineFlags(o.engine, (*model)->config());
+  if (!engine_opts.ok()) return Fail(engine_opts.status());
   auto tokenizer = text::Tokenizer::Load(o.model);
   if (!tokenizer.ok()) return Fail(Status(tokenizer.status()).WithContext("m2 chat needs the model's tokenizer.json"));
 
@@ -171,7 +175,7 @@ int Run(ChatOptions& o) {
     tools = shell_tools->tools();
   }
 
-  runtime::Generator generator(**model, tokenizer->get());
+  runtime::Generator generator(**model, tokenizer->get(), *engine_opts);
   runtime::Sampler sampler(sampling->params);
   runtime::GenerateOptions gen_opts;
   gen_opts.max_new_tokens = sampling->max_tokens;
@@ -294,6 +298,7 @@ void AddChat(CLI::App& app, Runner& run) {
                   "Write the conversation as a chat request ({\"messages\", \"tools\"}) to FILE after each turn");
   AddSamplingFlags(cmd, o->sampling,
                    "Most tokens per reply (default: generation_config.json max_new_tokens, else 256)");
+  AddEngineFlags(cmd, o->engine);
   cmd->callback([o, &run] { run = [o] { return Run(*o); }; });
 }
 

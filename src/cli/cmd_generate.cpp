@@ -12,6 +12,7 @@
 #include "base/mapped_file.h"
 #include "chat/chat_template.h"
 #include "cli/commands.h"
+#include "cli/engine_flags.h"
 #include "cli/sampling_flags.h"
 #include "model/model.h"
 #include "runtime/generator.h"
@@ -29,6 +30,7 @@ struct GenerateOptions {
   bool chat = false;
   std::string system;
   SamplingFlags sampling;
+  EngineFlags engine;
   CLI::Option *prompt_opt = nullptr, *file_opt = nullptr, *ids_opt = nullptr, *system_opt = nullptr;
 };
 
@@ -74,6 +76,8 @@ int Run(GenerateOptions& o) {
   if (!model.ok()) return Fail(model.status());
   auto sampling = ResolveSampling(o.sampling, o.model, (*model)->config());
   if (!sampling.ok()) return Fail(sampling.status());
+  auto engine_opts = ResolveEngineFlags(o.engine, (*model)->config());
+  if (!engine_opts.ok()) return Fail(engine_opts.status());
 
   std::unique_ptr<text::Tokenizer> tokenizer;
   if (!ids_mode || !o.sampling.stop.empty()) {
@@ -114,7 +118,7 @@ int Run(GenerateOptions& o) {
     if (prompt.empty()) return Fail(Error("the prompt is empty after tokenization"));
   }
 
-  runtime::Generator generator(**model, tokenizer.get());
+  runtime::Generator generator(**model, tokenizer.get(), *engine_opts);
   runtime::Sampler sampler(sampling->params);
   bool first = true;
   runtime::TokenCallback on_token;
@@ -163,6 +167,7 @@ void AddGenerate(CLI::App& app, Runner& run) {
   o->system_opt = cmd->add_option("--system", o->system, "System message for --chat");
   AddSamplingFlags(cmd, o->sampling,
                    "Most tokens to generate (default: generation_config.json max_new_tokens, else 256)");
+  AddEngineFlags(cmd, o->engine);
   cmd->callback([o, &run] { run = [o] { return Run(*o); }; });
 }
 

@@ -9,6 +9,7 @@
 #include "base/progress.h"
 #include "cli/commands.h"
 #include "model/model.h"
+#include "runtime/engine.h"
 #include "runtime/perplexity.h"
 #include "text/tokenizer.h"
 
@@ -24,9 +25,14 @@ struct PerplexityOptions {
   std::string reference;
   bool special = false;
   bool json = false;
+  std::string kv_dtype = "f32", reference_kv_dtype = "f32";
 };
 
 int Run(const PerplexityOptions& o) {
+  auto kv_dtype = runtime::ParseKvDtype(o.kv_dtype);
+  if (!kv_dtype.ok()) return Fail(Status(kv_dtype.status()).WithContext("--kv-dtype"));
+  auto ref_kv_dtype = runtime::ParseKvDtype(o.reference_kv_dtype);
+  if (!ref_kv_dtype.ok()) return Fail(Status(ref_kv_dtype.status()).WithContext("--reference-kv-dtype"));
   auto text = ReadTextFile(o.file);
   if (!text.ok()) return Fail(text.status());
   auto model = Model::Load(o.model, {.progress = !o.json});
@@ -55,6 +61,8 @@ int Run(const PerplexityOptions& o) {
   Progress progress("perplexity", windows * std::min<uint64_t>(ids.size(), p.context), "tokens", !o.json);
   p.on_progress = [&](int64_t done) { progress.Update(static_cast<uint64_t>(done)); };
   p.reference = reference.get();
+  p.kv_dtype = *kv_dtype;
+  p.reference_kv_dtype = *ref_kv_dtype;
   auto r = runtime::ComputePerplexity(**model, ids, p);
   if (!r.ok()) return Fail(Status(r.status()).WithContext(o.file));
   progress.Finish();
@@ -108,6 +116,10 @@ void AddPerplexity(CLI::App& app, Runner& run) {
                   "Tokens between window starts; each window scores only tokens no earlier window scored "
                   "(default: context / 2; = context for disjoint windows)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache storage while evaluating: f32 (default, exact) or bf16");
+  cmd->add_option("--reference-kv-dtype", o->reference_kv_dtype,
+                  "KV cache storage of the --reference run (default f32): the same model as its own reference with "
+                  "--kv-dtype bf16 measures the cost of a bf16 cache");
   cmd->add_option("--reference", o->reference,
                   "Also run this model folder (same tokenizer, e.g. the BF16 model a quantized one was made from) "
                   "over the same windows and report its perplexity, the mean KL divergence KL(reference || model) "

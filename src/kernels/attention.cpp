@@ -1,17 +1,62 @@
 #include "kernels/attention.h"
 
 #include <cmath>
+#include <vector>
 
 #include "base/cpu.h"
+#include "base/dtype.h"
 #include "kernels/dot.h"
 
 namespace m2 {
 
+const char* KvDtypeName(KvDtype t) {
+  switch (t) {
+    case KvDtype::kF32: return "f32";
+    case KvDtype::kBf16: return "bf16";
+  }
+  return "?";
+}
+
+void StoreKv(const float* src, int64_t n, KvDtype dtype, void* dst) {
+  if (dtype == KvDtype::kF32) {
+    float* d = static_cast<float*>(dst);
+    for (int64_t i = 0; i < n; ++i) d[i] = src[i];
+  } else {
+    uint16_t* d = static_cast<uint16_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) d[i] = F32ToBf16(src[i]);
+  }
+}
+
+void LoadKv(const void* src, int64_t n, KvDtype dtype, float* dst) {
+  if (dtype == KvDtype::kF32) {
+    const float* s = static_cast<const float*>(src);
+    for (int64_t i = 0; i < n; ++i) dst[i] = s[i];
+  } else {
+    const uint16_t* s = static_cast<const uint16_t*>(src);
+    for (int64_t i = 0; i < n; ++i) dst[i] = Bf16ToF32(s[i]);
+  }
+}
+
+namespace {
+
+// Row j of K or V (base = kv.k_base or kv.v_base) in fp32: a pointer into the arena for
+// fp32, else widened into tmp (D floats).
+const float* RowF32(const void* base, const KvHeadView& kv, int64_t j, int64_t D, float* tmp) {
+  const int64_t bt = kv.block_tokens;
+  const int64_t off = kv.blocks[j / bt] * kv.block_stride + kv.head_offset + (j % bt) * kv.row_stride;
+  if (kv.dtype == KvDtype::kF32) return static_cast<const float*>(base) + off;
+  LoadKv(static_cast<const uint16_t*>(base) + off, D, kv.dtype, tmp);
+  return tmp;
+}
+
+}  // namespace
+
 void AttendGroupPortable(const float* q, int64_t group, int64_t D, const KvHeadView& kv, float scale, float* scratch,
                          float* out) {
-  const int64_t len = kv.length, bt = kv.block_tokens;
+  const int64_t len = kv.length;
+  std::vector<float> tmp(kv.dtype == KvDtype::kF32 ? 0 : D);  // a bf16 row widened
   for (int64_t j = 0; j < len; ++j) {
-    const float* k = kv.k_blocks[j / bt] + kv.head_offset + (j % bt) * kv.row_stride;
+    const float* k = RowF32(kv.k_base, kv, j, D, tmp.data());
     for (int64_t h = 0; h < group; ++h) scratch[h * len + j] = detail::Dot(q + h * D, k, D) * scale;
   }
   for (int64_t h = 0; h < group; ++h) {
@@ -25,7 +70,7 @@ void AttendGroupPortable(const float* q, int64_t group, int64_t D, const KvHeadV
   }
   for (int64_t i = 0; i < group * D; ++i) out[i] = 0.0f;
   for (int64_t j = 0; j < len; ++j) {
-    const float* v = kv.v_blocks[j / bt] + kv.head_offset + (j % bt) * kv.row_stride;
+    const float* v = RowF32(kv.v_base, kv, j, D, tmp.data());
     for (int64_t h = 0; h < group; ++h) {
       const float p = scratch[h * len + j];
       for (int64_t d = 0; d < D; ++d) out[h * D + d] += p * v[d];

@@ -15,7 +15,8 @@
 namespace m2 {
 
 void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t layer, const float* inv_freq,
-                      const float* x, const std::vector<TokenSlot>& slots, float* out, Scratch& s, Tracer* trace) {
+                      const float* x, const std::vector<TokenSlot>& slots, const std::vector<SeqView>& seqs, float* out,
+                      Scratch& s, Tracer* trace) {
   const int64_t n = static_cast<int64_t>(slots.size());
   const int64_t H = cfg.num_attention_heads, KV = cfg.num_key_value_heads, D = cfg.head_dim;
   const int64_t qd = cfg.q_dim(), kvd = cfg.kv_dim(), group = cfg.kv_group();
@@ -43,32 +44,13 @@ void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t
     trace->Record(name("k"), s.k.data(), {n, KV, D});
     trace->Record(name("v"), s.v.data(), {n, KV, D});
   }
-  // Every token's K/V goes into the cache before any token attends.
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t g = 0; g < KV; ++g) {
-      std::copy_n(&s.k[t * kvd + g * D], D, slots[t].cache->K(layer, slots[t].pos, g));
-      std::copy_n(&s.v[t * kvd + g * D], D, slots[t].cache->V(layer, slots[t].pos, g));
-    }
-
-  // Block pointers of every sequence in the batch, for this layer.
-  s.seq_caches.clear();
-  s.seq_first_block.clear();
-  s.k_blocks.clear();
-  s.v_blocks.clear();
-  s.token_seq.resize(static_cast<size_t>(n));
+  // Every token's K/V goes into the cache (in its storage dtype) before any token attends.
   for (int64_t t = 0; t < n; ++t) {
-    SequenceCache* c = slots[t].cache;
-    size_t idx = 0;
-    while (idx < s.seq_caches.size() && s.seq_caches[idx] != c) ++idx;
-    if (idx == s.seq_caches.size()) {
-      s.seq_caches.push_back(c);
-      s.seq_first_block.push_back(static_cast<int64_t>(s.k_blocks.size()));
-      for (size_t b = 0; b < c->block_table().size(); ++b) {
-        s.k_blocks.push_back(c->KBlock(layer, b));
-        s.v_blocks.push_back(c->VBlock(layer, b));
-      }
+    const KvDtype dt = slots[t].cache->pool()->dtype();
+    for (int64_t g = 0; g < KV; ++g) {
+      StoreKv(&s.k[t * kvd + g * D], D, dt, slots[t].cache->KRaw(layer, slots[t].pos, g));
+      StoreKv(&s.v[t * kvd + g * D], D, dt, slots[t].cache->VRaw(layer, slots[t].pos, g));
     }
-    s.token_seq[t] = static_cast<int32_t>(idx);
   }
 
   // One work item per (token, KV head): the `group` query heads sharing that KV head.
@@ -81,11 +63,14 @@ void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t u = i / KV, g = i % KV;
       const int64_t t = u % 2 == 0 ? u / 2 : n - 1 - u / 2;
-      const int64_t first = s.seq_first_block[s.token_seq[t]];
+      const SeqView& sv = seqs[static_cast<size_t>(slots[t].seq)];
       KvHeadView kv;
-      kv.k_blocks = &s.k_blocks[first];
-      kv.v_blocks = &s.v_blocks[first];
-      kv.block_tokens = slots[t].cache->block_tokens();
+      kv.k_base = sv.pool->KBase(layer);
+      kv.v_base = sv.pool->VBase(layer);
+      kv.blocks = sv.blocks;
+      kv.block_stride = sv.pool->block_stride(layer);
+      kv.dtype = sv.pool->dtype();
+      kv.block_tokens = sv.pool->block_tokens();
       kv.head_offset = g * kv.block_tokens * D;  // head-major blocks (kv_cache.h)
       kv.row_stride = D;
       kv.length = slots[t].pos + 1;  // causal: positions 0..pos of its own sequence

@@ -1,5 +1,7 @@
 #include "model/kv_cache.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -7,42 +9,185 @@
 
 namespace m2 {
 
+namespace {
+
+uint64_t Mix(uint64_t x) {  // splitmix64's finaliser
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+char* MapZeroed(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  M2_CHECK(p != MAP_FAILED, "cannot map {} bytes for the KV cache", bytes);
+  return static_cast<char*>(p);
+}
+
+}  // namespace
+
+uint64_t PrefixHash(uint64_t parent, std::span<const int32_t> tokens) {
+  uint64_t h = Mix(parent ^ 0x6a09e667f3bcc908ULL);
+  for (int32_t t : tokens) h = Mix(h + static_cast<uint32_t>(t) + 0x9e3779b97f4a7c15ULL);
+  return h == 0 ? 1 : h;  // 0 means "not registered"
+}
+
 KvBlockPool::KvBlockPool(CacheLayout layout, int64_t max_blocks) : layout_(std::move(layout)), max_blocks_(max_blocks) {
   M2_CHECK(layout_.block_tokens > 0);
+  M2_CHECK(max_blocks_ >= 0);
+  const int64_t eb = KvDtypeBytes(layout_.kv_dtype);
   for (const auto& l : layout_.layers) {
-    layer_offset_.push_back(block_floats_);
     const int64_t half = l.kind == LayerCacheKind::kKeyValue ? layout_.block_tokens * l.kv_heads * l.head_dim : 0;
-    layer_half_.push_back(half);
-    block_floats_ += 2 * half;
+    has_recurrent_ |= l.kind == LayerCacheKind::kRecurrentState;
+    half_elems_.push_back(half);
+    half_bytes_.push_back(half * eb);
+    block_elems_ += 2 * half;
   }
+  arenas_.assign(layout_.layers.size(), nullptr);
+  arena_bytes_.assign(layout_.layers.size(), 0);
+  M2_CHECK(Grow(max_blocks_ > 0 ? max_blocks_ : 16).ok());
+}
+
+KvBlockPool::~KvBlockPool() {
+  for (size_t l = 0; l < arenas_.size(); ++l)
+    if (arenas_[l] != nullptr) munmap(arenas_[l], arena_bytes_[l]);
+}
+
+Status KvBlockPool::Grow(int64_t blocks) {
+  for (size_t l = 0; l < arenas_.size(); ++l) {
+    const size_t bytes = static_cast<size_t>(blocks * 2 * half_bytes_[l]);
+    if (bytes == 0) continue;
+    char* fresh = MapZeroed(bytes);
+    if (arenas_[l] != nullptr) {
+      std::memcpy(fresh, arenas_[l], arena_bytes_[l]);
+      munmap(arenas_[l], arena_bytes_[l]);
+    }
+    arenas_[l] = fresh;
+    arena_bytes_[l] = bytes;
+  }
+  capacity_ = blocks;
+  return Status::Ok();
 }
 
 Result<int32_t> KvBlockPool::Allocate() {
+  int32_t b = -1;
   if (!free_.empty()) {
-    const int32_t b = free_.back();
+    b = free_.back();
     free_.pop_back();
-    refs_[b] = 1;
-    return b;
-  }
-  if (max_blocks_ > 0 && static_cast<int64_t>(blocks_.size()) >= max_blocks_)
+  } else if (max_blocks_ == 0 || blocks_allocated() < max_blocks_) {  // a block never used yet
+    if (blocks_allocated() >= capacity_) M2_RETURN_IF_ERROR(Grow(2 * capacity_));
+    b = static_cast<int32_t>(refs_.size());
+    refs_.push_back(0);
+    hash_of_.push_back(0);
+    tokens_of_.emplace_back();
+    lru_pos_.emplace_back();
+    in_lru_.push_back(0);
+  } else if (!lru_.empty()) {  // evict the least recently used cached prefix block
+    b = lru_.front();
+    lru_.pop_front();
+    in_lru_[static_cast<size_t>(b)] = 0;
+    Unregister(b);
+  } else {
     return Error("the KV cache is full: all {} blocks of {} tokens are in use", max_blocks_, layout_.block_tokens);
-  blocks_.emplace_back(new float[static_cast<size_t>(std::max<int64_t>(block_floats_, 1))]());
-  refs_.push_back(1);
-  return static_cast<int32_t>(blocks_.size() - 1);
+  }
+  refs_[static_cast<size_t>(b)] = 1;
+  ++in_use_;
+  return b;
 }
 
 void KvBlockPool::Retain(int32_t block) {
-  M2_CHECK(refs_[block] > 0, "retain of free block {}", block);
-  ++refs_[block];
+  const auto i = static_cast<size_t>(block);
+  if (refs_[i] == 0) {  // a cached block taken back
+    M2_CHECK(in_lru_[i], "retain of free block {}", block);
+    lru_.erase(lru_pos_[i]);
+    in_lru_[i] = 0;
+    ++in_use_;
+  }
+  ++refs_[i];
 }
 
 void KvBlockPool::Release(int32_t block) {
-  M2_CHECK(refs_[block] > 0, "release of free block {}", block);
-  if (--refs_[block] == 0) free_.push_back(block);
+  const auto i = static_cast<size_t>(block);
+  M2_CHECK(refs_[i] > 0, "release of free block {}", block);
+  if (--refs_[i] > 0) return;
+  --in_use_;
+  if (hash_of_[i] != 0) {
+    lru_pos_[i] = lru_.insert(lru_.end(), block);
+    in_lru_[i] = 1;
+  } else {
+    free_.push_back(block);
+  }
+}
+
+int64_t KvBlockPool::available_blocks() const {
+  if (max_blocks_ == 0) return -1;
+  return static_cast<int64_t>(free_.size() + lru_.size()) + (max_blocks_ - blocks_allocated());
 }
 
 void KvBlockPool::CopyBlock(int32_t from, int32_t to) {
-  std::memcpy(blocks_[to].get(), blocks_[from].get(), static_cast<size_t>(block_floats_) * sizeof(float));
+  for (size_t l = 0; l < arenas_.size(); ++l) {
+    const int64_t bytes = 2 * half_bytes_[l];
+    if (bytes == 0) continue;
+    std::memcpy(arenas_[l] + to * bytes, arenas_[l] + from * bytes, static_cast<size_t>(bytes));
+  }
+}
+
+void* KvBlockPool::KData(int32_t block, int64_t layer) {
+  return static_cast<char*>(KBase(layer)) + block * 2 * half_bytes_[static_cast<size_t>(layer)];
+}
+void* KvBlockPool::VData(int32_t block, int64_t layer) {
+  return static_cast<char*>(KData(block, layer)) + half_bytes_[static_cast<size_t>(layer)];
+}
+float* KvBlockPool::K(int32_t block, int64_t layer) {
+  M2_CHECK(layout_.kv_dtype == KvDtype::kF32, "fp32 access to a {} KV cache", KvDtypeName(layout_.kv_dtype));
+  return static_cast<float*>(KData(block, layer));
+}
+float* KvBlockPool::V(int32_t block, int64_t layer) {
+  M2_CHECK(layout_.kv_dtype == KvDtype::kF32, "fp32 access to a {} KV cache", KvDtypeName(layout_.kv_dtype));
+  return static_cast<float*>(VData(block, layer));
+}
+
+uint64_t KvBlockPool::Register(int32_t block, uint64_t parent, std::span<const int32_t> tokens) {
+  M2_CHECK(static_cast<int64_t>(tokens.size()) == layout_.block_tokens, "register {} tokens as a block of {}",
+           tokens.size(), layout_.block_tokens);
+  const uint64_t h = PrefixHash(parent, tokens);
+  const auto i = static_cast<size_t>(block);
+  if (!prefix_cache_supported() || hash_of_[i] != 0 || by_hash_.count(h) != 0) return h;
+  by_hash_[h] = block;
+  hash_of_[i] = h;
+  tokens_of_[i].assign(tokens.begin(), tokens.end());
+  return h;
+}
+
+void KvBlockPool::Unregister(int32_t block) {
+  const auto i = static_cast<size_t>(block);
+  if (hash_of_[i] == 0) return;
+  auto it = by_hash_.find(hash_of_[i]);
+  if (it != by_hash_.end() && it->second == block) by_hash_.erase(it);
+  hash_of_[i] = 0;
+  tokens_of_[i].clear();
+}
+
+int32_t KvBlockPool::LookupPrefix(uint64_t hash, std::span<const int32_t> tokens) {
+  ++lookups_;
+  auto it = by_hash_.find(hash);
+  if (it == by_hash_.end()) return -1;
+  const auto& have = tokens_of_[static_cast<size_t>(it->second)];
+  if (!std::equal(have.begin(), have.end(), tokens.begin(), tokens.end())) return -1;
+  Retain(it->second);
+  ++hits_;
+  return it->second;
+}
+
+void KvBlockPool::ClearPrefixCache() {
+  for (int32_t b : lru_) {
+    in_lru_[static_cast<size_t>(b)] = 0;
+    Unregister(b);
+    free_.push_back(b);
+  }
+  lru_.clear();
 }
 
 SequenceCache::SequenceCache(KvBlockPool* pool) : pool_(pool) {
@@ -86,19 +231,20 @@ void SequenceCache::ReleaseAll() {
   std::fill(filled_.begin(), filled_.end(), 0);
 }
 
+bool SequenceCache::MustCopy(size_t i) const {
+  return pool_->RefCount(blocks_[i]) > 1 || pool_->IsRegistered(blocks_[i]);
+}
+
+int64_t SequenceCache::BlocksToExtend(int64_t new_length) const {
+  if (new_length <= length_) return 0;
+  const int64_t bt = pool_->block_tokens();
+  const int64_t copy = length_ % bt != 0 && MustCopy(blocks_.size() - 1) ? 1 : 0;
+  return (new_length + bt - 1) / bt - static_cast<int64_t>(blocks_.size()) + copy;
+}
+
 Status SequenceCache::Extend(int64_t new_length) {
   M2_CHECK(new_length >= length_, "Extend to {} below length {}", new_length, length_);
   const int64_t bt = pool_->block_tokens();
-  // The partially filled last block will be written: un-share it first.
-  if (length_ % bt != 0 && new_length > length_) {
-    int32_t& last = blocks_.back();
-    if (pool_->RefCount(last) > 1) {
-      M2_ASSIGN_OR_RETURN(int32_t copy, pool_->Allocate());
-      pool_->CopyBlock(last, copy);
-      pool_->Release(last);
-      last = copy;
-    }
-  }
   const int64_t need = (new_length + bt - 1) / bt;
   const size_t had = blocks_.size();
   while (static_cast<int64_t>(blocks_.size()) < need) {
@@ -111,6 +257,21 @@ Status SequenceCache::Extend(int64_t new_length) {
       return b.status();
     }
     blocks_.push_back(*b);
+  }
+  // The partially filled last block will be written: un-share it (after the new blocks,
+  // so that a failure leaves nothing to undo but those).
+  if (length_ % bt != 0 && new_length > length_ && MustCopy(had - 1)) {
+    auto copy = pool_->Allocate();
+    if (!copy.ok()) {
+      while (blocks_.size() > had) {
+        pool_->Release(blocks_.back());
+        blocks_.pop_back();
+      }
+      return copy.status();
+    }
+    pool_->CopyBlock(blocks_[had - 1], *copy);
+    pool_->Release(blocks_[had - 1]);
+    blocks_[had - 1] = *copy;
   }
   length_ = new_length;
   return Status::Ok();
@@ -134,6 +295,15 @@ Status SequenceCache::Truncate(int64_t new_length) {
   return Status::Ok();
 }
 
+void SequenceCache::AdoptPrefix(std::span<const int32_t> blocks, int64_t length, int64_t layers) {
+  M2_CHECK(blocks_.empty() && length_ == 0, "AdoptPrefix on a cache of {} positions", length_);
+  M2_CHECK(length >= 0 && length <= static_cast<int64_t>(blocks.size()) * pool_->block_tokens(),
+           "{} positions in {} blocks", length, blocks.size());
+  blocks_.assign(blocks.begin(), blocks.end());
+  length_ = length;
+  for (int64_t l = 0; l < layers && l < static_cast<int64_t>(filled_.size()); ++l) filled_[static_cast<size_t>(l)] = length;
+}
+
 void SequenceCache::set_filled(int64_t layer, int64_t n) {
   M2_CHECK(layer >= 0 && static_cast<size_t>(layer) < filled_.size(), "layer {} of {}", layer, filled_.size());
   M2_CHECK(n >= 0 && n <= length_, "filled {} outside a cache of {}", n, length_);
@@ -145,8 +315,8 @@ Status SequenceCache::Unshare(int64_t from, int64_t to) {
   if (from == to) return Status::Ok();
   const int64_t bt = pool_->block_tokens();
   for (int64_t b = from / bt; b <= (to - 1) / bt; ++b) {
+    if (!MustCopy(static_cast<size_t>(b))) continue;
     int32_t& block = blocks_[static_cast<size_t>(b)];
-    if (pool_->RefCount(block) == 1) continue;
     M2_ASSIGN_OR_RETURN(int32_t copy, pool_->Allocate());
     pool_->CopyBlock(block, copy);
     pool_->Release(block);
@@ -165,20 +335,29 @@ SequenceCache SequenceCache::Fork() const {
   return c;
 }
 
-float* SequenceCache::K(int64_t layer, int64_t pos, int64_t head) {
+void* SequenceCache::KRaw(int64_t layer, int64_t pos, int64_t head) {
   M2_CHECK(pos >= 0 && pos < length_, "position {} outside cache of {}", pos, length_);
   const int64_t bt = pool_->block_tokens();
-  const auto& spec = pool_->layout().layers[layer];
+  const auto& spec = pool_->layout().layers[static_cast<size_t>(layer)];
   M2_CHECK(head >= 0 && head < spec.kv_heads, "KV head {} outside [0, {})", head, spec.kv_heads);
-  return pool_->K(blocks_[pos / bt], layer) + (head * bt + pos % bt) * spec.head_dim;
+  return static_cast<char*>(pool_->KData(blocks_[static_cast<size_t>(pos / bt)], layer)) +
+         (head * bt + pos % bt) * spec.head_dim * KvDtypeBytes(pool_->dtype());
+}
+
+void* SequenceCache::VRaw(int64_t layer, int64_t pos, int64_t head) {
+  const auto& spec = pool_->layout().layers[static_cast<size_t>(layer)];
+  return static_cast<char*>(KRaw(layer, pos, head)) + pool_->block_tokens() * spec.kv_heads * spec.head_dim *
+                                                           KvDtypeBytes(pool_->dtype());
+}
+
+float* SequenceCache::K(int64_t layer, int64_t pos, int64_t head) {
+  M2_CHECK(pool_->dtype() == KvDtype::kF32, "fp32 access to a {} KV cache", KvDtypeName(pool_->dtype()));
+  return static_cast<float*>(KRaw(layer, pos, head));
 }
 
 float* SequenceCache::V(int64_t layer, int64_t pos, int64_t head) {
-  M2_CHECK(pos >= 0 && pos < length_, "position {} outside cache of {}", pos, length_);
-  const int64_t bt = pool_->block_tokens();
-  const auto& spec = pool_->layout().layers[layer];
-  M2_CHECK(head >= 0 && head < spec.kv_heads, "KV head {} outside [0, {})", head, spec.kv_heads);
-  return pool_->V(blocks_[pos / bt], layer) + (head * bt + pos % bt) * spec.head_dim;
+  M2_CHECK(pool_->dtype() == KvDtype::kF32, "fp32 access to a {} KV cache", KvDtypeName(pool_->dtype()));
+  return static_cast<float*>(VRaw(layer, pos, head));
 }
 
 }  // namespace m2

@@ -5,19 +5,38 @@
 // attention in MiniMax-Text-01 / M1).
 //
 // Keys and values live in fixed-size blocks of `block_tokens` positions, taken from a
-// KvBlockPool shared by all sequences. A block holds every KV layer's K and V for its
-// positions, head-major: [kv_heads][block_tokens][head_dim], so that one head's rows are
-// contiguous (attention streams them; token-major rows of one head would be a page
-// apart at M2's sizes, defeating the hardware prefetcher and the TLB). Blocks are reference counted: Fork() shares them, and a shared block is
-// copied before it is written (copy-on-write). Recurrent layers keep one state per
-// sequence, copied on Fork; they cannot be truncated (a later issue adds checkpoints).
+// KvBlockPool shared by all sequences. A block is an integer id; each KV layer has its
+// own arena, and block b of layer l is the slice [b * block_stride(l), (b + 1) *
+// block_stride(l)) of it: K then V, each head-major [kv_heads][block_tokens][head_dim],
+// so one head's rows are contiguous (attention streams them; token-major rows of one
+// head would be a page apart at M2's sizes, defeating the prefetcher and the TLB).
+// Elements are fp32 or bf16 (CacheLayout::kv_dtype). A sequence's block table is a
+// list of ids, valid for every layer at once, so a forward pass computes it once.
+//
+// Blocks are reference counted: Fork() shares them, and a shared block is copied before
+// it is written (copy-on-write). Recurrent layers keep one state per sequence, copied on
+// Fork; they cannot be truncated.
+//
+// Prefix cache: a full block can be registered under a hash of its token ids chained
+// with its predecessor's hash (PrefixHash). A registered block is immutable (writing to
+// it copies it first, as for a shared block) and, when its last reference goes, it is
+// kept with its contents instead of freed: a later sequence whose tokens hash the same
+// takes it back (LookupPrefix) instead of recomputing it. Such unreferenced cached blocks
+// are evicted least recently used when Allocate needs room. Prefix sharing is off for a
+// layout with recurrent layers (their state at a block boundary would have to be
+// checkpointed with the block: the hook for the Lightning models is
+// prefix_cache_supported()).
 #pragma once
 
 #include <cstdint>
+#include <list>
 #include <memory>
+#include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "base/status.h"
+#include "kernels/attention.h"
 
 namespace m2 {
 
@@ -32,42 +51,99 @@ struct LayerCacheSpec {
 struct CacheLayout {
   int64_t block_tokens = 16;
   std::vector<LayerCacheSpec> layers;
+  KvDtype kv_dtype = KvDtype::kF32;
 };
+
+// The hash of a block of token ids following a prefix whose hash is `parent` (0 for the
+// first block).
+uint64_t PrefixHash(uint64_t parent, std::span<const int32_t> tokens);
 
 class KvBlockPool {
  public:
-  // `max_blocks` bounds memory; 0 means grow as needed.
+  // `max_blocks` bounds memory (the arenas are reserved for that many blocks at once, and
+  // filled by the OS as they are first written); 0 means grow as needed.
   explicit KvBlockPool(CacheLayout layout, int64_t max_blocks = 0);
+  ~KvBlockPool();
   KvBlockPool(const KvBlockPool&) = delete;
   KvBlockPool& operator=(const KvBlockPool&) = delete;
 
   const CacheLayout& layout() const { return layout_; }
   int64_t block_tokens() const { return layout_.block_tokens; }
+  KvDtype dtype() const { return layout_.kv_dtype; }
+  int64_t max_blocks() const { return max_blocks_; }
 
-  // A block with reference count 1, or an error when the pool is full.
+  // A block with reference count 1 (a free one, else one never used yet while the pool
+  // has room or may grow, else the least recently used cached one), or an error when
+  // every block is referenced.
   Result<int32_t> Allocate();
   void Retain(int32_t block);
   void Release(int32_t block);
-  int32_t RefCount(int32_t block) const { return refs_[block]; }
+  int32_t RefCount(int32_t block) const { return refs_[static_cast<size_t>(block)]; }
   void CopyBlock(int32_t from, int32_t to);
+  // Blocks Allocate can hand out now without failing (free + evictable cached), or -1
+  // when the pool grows without bound.
+  int64_t available_blocks() const;
 
-  // K or V of `layer` in `block`: [kv_heads, block_tokens, head_dim] fp32.
-  float* K(int32_t block, int64_t layer) { return blocks_[block].get() + layer_offset_[layer]; }
-  float* V(int32_t block, int64_t layer) { return K(block, layer) + layer_half_[layer]; }
+  // Layer `layer`'s arena: block b's K at KBase + b * block_stride elements, V at
+  // VBase + b * block_stride (V is K + block_stride / 2).
+  void* KBase(int64_t layer) { return arenas_[static_cast<size_t>(layer)]; }
+  void* VBase(int64_t layer) { return static_cast<char*>(KBase(layer)) + half_bytes_[static_cast<size_t>(layer)]; }
+  int64_t block_stride(int64_t layer) const { return 2 * half_elems_[static_cast<size_t>(layer)]; }
+  // K or V of `layer` in `block`: [kv_heads, block_tokens, head_dim] elements of dtype().
+  void* KData(int32_t block, int64_t layer);
+  void* VData(int32_t block, int64_t layer);
+  // The same as fp32 pointers: only for a pool of fp32 (checked).
+  float* K(int32_t block, int64_t layer);
+  float* V(int32_t block, int64_t layer);
 
-  int64_t blocks_in_use() const { return static_cast<int64_t>(blocks_.size() - free_.size()); }
+  int64_t blocks_in_use() const { return in_use_; }  // referenced by a sequence
+  int64_t blocks_cached() const { return static_cast<int64_t>(lru_.size()); }  // unreferenced, kept for reuse
   // Blocks ever allocated (freed ones are kept for reuse): the pool's memory.
-  int64_t blocks_allocated() const { return static_cast<int64_t>(blocks_.size()); }
-  int64_t block_floats() const { return block_floats_; }
+  int64_t blocks_allocated() const { return static_cast<int64_t>(refs_.size()); }
+  int64_t block_floats() const { return block_elems_; }  // elements of one block over all layers
+  int64_t block_bytes() const { return block_elems_ * KvDtypeBytes(layout_.kv_dtype); }
+
+  // --- Prefix cache.
+  bool prefix_cache_supported() const { return !has_recurrent_; }
+  // Registers a block every position of which holds the entries of `tokens` (block_tokens
+  // ids) after a prefix hashing to `parent`; returns its hash. A block of the same
+  // contents already registered wins (this one stays unregistered). No-op when
+  // prefix_cache_supported() is false.
+  uint64_t Register(int32_t block, uint64_t parent, std::span<const int32_t> tokens);
+  bool IsRegistered(int32_t block) const { return hash_of_[static_cast<size_t>(block)] != 0; }
+  // The registered block with this hash and these tokens, retained for the caller; -1 if
+  // none.
+  int32_t LookupPrefix(uint64_t hash, std::span<const int32_t> tokens);
+  // Hits and lookups of LookupPrefix so far.
+  int64_t prefix_hits() const { return hits_; }
+  int64_t prefix_lookups() const { return lookups_; }
+  // Drops every unreferenced cached block (they become free).
+  void ClearPrefixCache();
 
  private:
+  Status Grow(int64_t blocks);
+  void Unregister(int32_t block);
+
   CacheLayout layout_;
   int64_t max_blocks_;
-  int64_t block_floats_ = 0;
-  std::vector<int64_t> layer_offset_, layer_half_;
-  std::vector<std::unique_ptr<float[]>> blocks_;
+  int64_t capacity_ = 0;  // blocks the arenas hold
+  int64_t block_elems_ = 0;
+  bool has_recurrent_ = false;
+  std::vector<int64_t> half_elems_, half_bytes_;  // per layer: K (or V) of one block
+  std::vector<char*> arenas_;                     // per layer (null for recurrent layers)
+  std::vector<size_t> arena_bytes_;
   std::vector<int32_t> refs_;
   std::vector<int32_t> free_;
+  int64_t in_use_ = 0;
+  // Prefix cache: hash -> block; per block its hash (0: not registered), its tokens and
+  // its place in the LRU list of unreferenced cached blocks (front: oldest).
+  std::unordered_map<uint64_t, int32_t> by_hash_;
+  std::vector<uint64_t> hash_of_;
+  std::vector<std::vector<int32_t>> tokens_of_;
+  std::list<int32_t> lru_;
+  std::vector<std::list<int32_t>::iterator> lru_pos_;
+  std::vector<uint8_t> in_lru_;
+  int64_t hits_ = 0, lookups_ = 0;
 };
 
 class SequenceCache {
@@ -83,19 +159,30 @@ class SequenceCache {
   // Makes positions [length, new_length) writable and sets length = new_length.
   // All or nothing: when the pool is full, the cache is left as it was.
   Status Extend(int64_t new_length);
+  // Blocks Extend(new_length) would take from the pool (new blocks plus a copy of a
+  // shared or registered last block that it would write into).
+  int64_t BlocksToExtend(int64_t new_length) const;
   // Forgets positions >= new_length (new_length <= length). Fails on recurrent layers
   // unless new_length == length.
   Status Truncate(int64_t new_length);
   // A new sequence sharing this one's cached positions (no copy until written).
   SequenceCache Fork() const;
+  // For an empty cache: takes `blocks` (already retained for it, e.g. by LookupPrefix)
+  // as its first blocks, holding positions [0, length) for every trunk layer `layers`
+  // (length <= blocks.size() * block_tokens).
+  void AdoptPrefix(std::span<const int32_t> blocks, int64_t length, int64_t layers);
 
-  // K / V of position `pos` (< length) and KV head `head`: [head_dim].
+  // K / V of position `pos` (< length) and KV head `head`: [head_dim] elements of the
+  // pool's dtype (KRaw / VRaw), or fp32 pointers for an fp32 pool (K / V, checked).
+  void* KRaw(int64_t layer, int64_t pos, int64_t head = 0);
+  void* VRaw(int64_t layer, int64_t pos, int64_t head = 0);
   float* K(int64_t layer, int64_t pos, int64_t head = 0);
   float* V(int64_t layer, int64_t pos, int64_t head = 0);
-  // K / V of `layer` in the i-th block of this sequence: [kv_heads, block_tokens, head_dim].
+  // K / V of `layer` in the i-th block of this sequence (fp32 pools only).
   const float* KBlock(int64_t layer, size_t i) const { return pool_->K(blocks_[i], layer); }
   const float* VBlock(int64_t layer, size_t i) const { return pool_->V(blocks_[i], layer); }
   int64_t block_tokens() const { return pool_->block_tokens(); }
+  KvBlockPool* pool() const { return pool_; }
   // The fixed-size state of a recurrent layer.
   float* State(int64_t layer) { return states_[layer].data(); }
 
@@ -108,8 +195,8 @@ class SequenceCache {
   // PRECONDITION: 0 <= n <= length().
   void set_filled(int64_t layer, int64_t n);
   // Makes positions [from, to) (0 <= from <= to <= length()) safe to write again: blocks
-  // there that are shared with a fork are copied first (copy-on-write). Only fails when
-  // the pool is full; the cache's contents are the same either way.
+  // there that are shared with a fork or registered in the prefix cache are copied first
+  // (copy-on-write). Only fails when the pool is full; the contents are the same either way.
   Status Unshare(int64_t from, int64_t to);
 
   const CacheLayout& layout() const { return pool_->layout(); }
@@ -117,6 +204,8 @@ class SequenceCache {
 
  private:
   void ReleaseAll();
+  // Whether block i must be copied before it is written.
+  bool MustCopy(size_t i) const;
   KvBlockPool* pool_;
   int64_t length_ = 0;
   std::vector<int32_t> blocks_;

@@ -15,6 +15,14 @@ namespace m2 {
 struct TokenSlot {
   SequenceCache* cache;
   int64_t pos;
+  int32_t seq;  // index into the batch's SeqView list
+};
+
+// One sequence of a batch: its pool and block table, taken once per forward pass (the
+// table is valid for every layer; each layer's arena is found through the pool).
+struct SeqView {
+  KvBlockPool* pool;
+  const int32_t* blocks;
 };
 
 // Scratch memory reused across calls (grows, never shrinks).
@@ -25,17 +33,13 @@ inline constexpr int64_t kMoeChunkTokens = 1024;
 struct Scratch {
   std::vector<float> q, k, v, attn, scores;
   std::vector<float> router;
-  // Attention: per-sequence block pointers for the current layer.
-  std::vector<SequenceCache*> seq_caches;
-  std::vector<int64_t> seq_first_block;
-  std::vector<const float*> k_blocks, v_blocks;
-  std::vector<int32_t> token_seq;
   // MoE routing.
   std::vector<int32_t> chosen;
   std::vector<float> weight, score, biased;
   std::vector<int32_t> order;
   std::vector<std::vector<int32_t>> by_expert;
   std::vector<int32_t> used;       // experts with tokens in this chunk, most tokens first
+  int64_t experts_run = 0;         // (layer, chunk, expert) runs since the forward pass began
   std::vector<float> pair_out;     // [tokens * top_k, hidden]: each (token, slot)'s expert output
   struct ExpertThread {            // one per pool thread (experts run in parallel)
     std::vector<float> gathered, gate, up, down;
@@ -47,7 +51,8 @@ struct Scratch {
 // layer's K/V for each token into its cache at its position first, so a token sees
 // every earlier position of its own sequence, in this batch or before.
 void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t layer, const float* inv_freq,
-                      const float* x, const std::vector<TokenSlot>& slots, float* out, Scratch& s, Tracer* trace);
+                      const float* x, const std::vector<TokenSlot>& slots, const std::vector<SeqView>& seqs, float* out,
+                      Scratch& s, Tracer* trace);
 
 // out[n, hidden] = sparse MoE of x[n, hidden]. Tokens are grouped by expert so each
 // chosen expert's weights are read once per batch (per chunk of kMoeChunkTokens). When

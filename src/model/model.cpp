@@ -36,9 +36,10 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& path, const LoadOp
   return m;
 }
 
-CacheLayout Model::cache_layout(int64_t block_tokens, bool with_mtp) const {
+CacheLayout Model::cache_layout(int64_t block_tokens, bool with_mtp, KvDtype kv_dtype) const {
   CacheLayout l;
   l.block_tokens = block_tokens;
+  l.kv_dtype = kv_dtype;
   const int64_t layers = cfg_.num_hidden_layers + (with_mtp ? num_mtp_modules() : 0);
   for (int64_t i = 0; i < layers; ++i)
     l.layers.push_back({LayerCacheKind::kKeyValue, cfg_.num_key_value_heads, cfg_.head_dim, 0});
@@ -61,12 +62,17 @@ Status Model::CheckCacheLayout(const SequenceCache& cache, size_t index, int64_t
   return Status::Ok();
 }
 
+void Model::BuildSeqViews(std::span<SequenceCache* const> caches) {
+  seq_views_.resize(caches.size());
+  for (size_t c = 0; c < caches.size(); ++c) seq_views_[c] = {caches[c]->pool(), caches[c]->block_table().data()};
+}
+
 void Model::RunLayer(const LayerWeights& L, int64_t l, const std::vector<TokenSlot>& slots, Tracer* trace) {
   const int64_t n = static_cast<int64_t>(slots.size()), Hd = cfg_.hidden_size;
   for (int64_t i = 0; i < n; ++i)
     RmsNorm(&hidden_[i * Hd], L.input_norm.data(), Hd, cfg_.rms_norm_eps, &normed_[i * Hd]);
   if (trace) trace->Record(fmt::format("layers.{}.attn_norm", l), normed_.data(), {n, Hd});
-  AttentionForward(cfg_, L.attn, l, inv_freq_.data(), normed_.data(), slots, branch_.data(), scratch_, trace);
+  AttentionForward(cfg_, L.attn, l, inv_freq_.data(), normed_.data(), slots, seq_views_, branch_.data(), scratch_, trace);
   if (trace) trace->Record(fmt::format("layers.{}.attn_out", l), branch_.data(), {n, Hd});
   for (int64_t i = 0; i < n * Hd; ++i) hidden_[i] += branch_[i];
 
@@ -115,7 +121,7 @@ Status Model::Forward(const ForwardBatch& batch, std::span<SequenceCache* const>
     if (tok < 0 || tok >= V) return Error("token id {} at batch index {} is outside the vocabulary [0, {})", tok, i, V);
     if (sq < 0 || static_cast<size_t>(sq) >= caches.size())
       return Error("batch index {} names sequence {}, but {} caches were given", i, sq, caches.size());
-    slots[i] = {caches[sq], next[sq]++};
+    slots[i] = {caches[sq], next[sq]++, sq};
     if (slots[i].pos >= cfg_.max_position_embeddings)
       return Error("sequence {} would reach position {}, past the model's max_position_embeddings {}", sq,
                    slots[i].pos, cfg_.max_position_embeddings);
@@ -131,6 +137,7 @@ Status Model::Forward(const ForwardBatch& batch, std::span<SequenceCache* const>
   for (size_t c = 0; c < caches.size(); ++c)
     if (next[c] != old[c])
       for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) caches[c]->set_filled(l, next[c]);
+  BuildSeqViews(caches);
 
   hidden_.resize(static_cast<size_t>(n * Hd));
   normed_.resize(static_cast<size_t>(n * Hd));
@@ -138,6 +145,7 @@ Status Model::Forward(const ForwardBatch& batch, std::span<SequenceCache* const>
   for (int64_t i = 0; i < n; ++i) DequantizeRow(weights_.embed, batch.tokens[i], &hidden_[i * Hd]);
   if (trace) trace->Record("embed", hidden_.data(), {n, Hd});
 
+  scratch_.experts_run = 0;
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) RunLayer(weights_.layers[l], l, slots, trace);
 
   // The last hidden state (h^0 for MTP) of the rows that want it, before the final norm.
@@ -215,11 +223,12 @@ Status Model::ForwardMtp(int64_t module, const MtpBatch& batch, std::span<const 
                    "position i needs the trunk's hidden state there",
                    module, sq, pos, c.length());
     next[sq] = pos + 1;
-    slots[i] = {caches[sq], pos};
+    slots[i] = {caches[sq], pos, sq};
   }
   // Positions below length() may sit in blocks shared with a fork: copy those first.
   for (size_t c = 0; c < caches.size(); ++c)
     if (first[c] >= 0) M2_RETURN_IF_ERROR(caches[c]->Unshare(first[c], next[c]));
+  BuildSeqViews(caches);
 
   const MtpWeights& w = weights_.mtp[static_cast<size_t>(module)];
   const auto name = [&](const char* stage) { return fmt::format("mtp.{}.{}", module, stage); };

@@ -77,7 +77,8 @@ class Model {
   // The cache shape this model needs: one KV layer per decoder layer of the trunk
   // (layers 0..L-1), then, when the model has MTP modules and `with_mtp`, one KV layer
   // per module (module k: layer L+k, see mtp_cache_layer).
-  CacheLayout cache_layout(int64_t block_tokens = 16, bool with_mtp = true) const;
+  // Keys and values are stored as `kv_dtype` (fp32: exact; bf16: half the memory).
+  CacheLayout cache_layout(int64_t block_tokens = 16, bool with_mtp = true, KvDtype kv_dtype = KvDtype::kF32) const;
 
   // Runs `batch`. Appends to `logits` one row of vocab_size floats for every token with
   // want_logits, in batch order. Bad input (token ids out of range, a sequence index
@@ -100,6 +101,10 @@ class Model {
   //   logits = lm_head( rmsnorm(h^{k+1}_i, shared_head.norm) )   predicts t_{i+k+2}
   // h^0_i is the trunk's last hidden state (Forward with want_hidden); h^{k+1}_i, module
   // k's output, is the hidden input of module k+1 at the same position i.
+  // Expert runs (an expert's weights read once for all its tokens of a chunk), summed
+  // over the layers of the last Forward: what a batched step reads of the experts.
+  int64_t experts_run_last_forward() const { return scratch_.experts_run; }
+
   int64_t num_mtp_modules() const { return static_cast<int64_t>(weights_.mtp.size()); }
   int64_t mtp_cache_layer(int64_t k) const { return cfg_.num_hidden_layers + k; }
 
@@ -147,6 +152,8 @@ class Model {
   // One decoder layer on hidden_ [n, hidden] in place: h += attn(rmsnorm(h)); h += moe(rmsnorm(h)).
   // `layer` is both the cache layer and the trace name ("layers.<layer>.*").
   void RunLayer(const LayerWeights& w, int64_t layer, const std::vector<TokenSlot>& slots, Tracer* trace);
+  // Each cache's pool and block table, once per forward pass, for every layer.
+  void BuildSeqViews(std::span<SequenceCache* const> caches);
 
   Scratch scratch_;
   std::vector<float> hidden_, normed_, branch_;
@@ -154,6 +161,7 @@ class Model {
   // Per-call bookkeeping, kept so that a warm forward pass allocates nothing.
   std::vector<int64_t> seq_first_, seq_next_, seq_old_;
   std::vector<TokenSlot> slots_;
+  std::vector<SeqView> seq_views_;
 };
 
 }  // namespace m2

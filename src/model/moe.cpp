@@ -95,6 +95,7 @@ void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int64_t layer, cons
     s.pair_out.resize(static_cast<size_t>((c1 - c0) * K * Hd));
 
     const int64_t used = static_cast<int64_t>(s.used.size());
+    s.experts_run += used;
     if (threads > 1 && used >= 4 * threads) {
       std::atomic<int64_t> next{0};
       pool.ParallelFor(threads, 1, [&](int64_t, int64_t, int th) {

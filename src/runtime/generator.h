@@ -1,10 +1,10 @@
-// The generation loop: prefill a prompt, then decode one token at a time, streaming the
-// text as it becomes final.
-//
-// A Generator owns one sequence's KV cache and remembers which token ids it holds, so a
-// conversation can keep it between turns: each Generate() compares the new prompt with
-// the cached ids, truncates the cache to their common prefix and prefills only the rest
-// (in a chat, the previous turns; after a tool call, everything but the tool result).
+// One conversation's generation, for the CLI: prefill a prompt, then decode one token at
+// a time, streaming the text as it becomes final. A Generator is a client of the serving
+// core (engine.h): it owns an Engine with one KV budget and a KvSession, and each
+// Generate() is one request of that session, run on the calling thread. The session
+// keeps the cache between turns: the new prompt is compared with the cached ids, the
+// cache truncated to their common prefix and only the rest prefilled (in a chat, the
+// previous turns; after a tool call, everything but the tool result).
 //
 // Stopping: an end-of-sequence id (not shown as text), max_new_tokens, a stop string
 // (not shown; text that may begin one is held back until decided), the cancel flag
@@ -34,14 +34,14 @@ struct GenerateOptions {
   bool ignore_eos = false;
   // Needs a tokenizer.
   std::vector<std::string> stop_strings;
-  // Set from another thread or a signal handler to stop; not reset by the generator.
+  // Set from another thread or a signal handler to stop (checked before every forward
+  // pass, so it acts within one step); not reset by the generator.
   const std::atomic<bool>* cancel = nullptr;
-  // Prompt tokens per forward pass while prefilling: bounds the activation memory of a
-  // long prompt and lets cancellation act between chunks.
-  int64_t prefill_chunk = 512;
 };
 
-enum class StopReason { kEos, kMaxTokens, kStopString, kCancelled, kContextFull };
+// kCacheFull: the sequence could not grow although it had the whole KV pool to itself;
+// kError: the request failed (GenerationResult holds what came before the error).
+enum class StopReason { kEos, kMaxTokens, kStopString, kCancelled, kContextFull, kCacheFull, kError };
 const char* StopReasonName(StopReason r);
 
 struct GenerationStats {
@@ -52,6 +52,8 @@ struct GenerationStats {
   int64_t generated_tokens = 0;
   int64_t decode_steps = 0;    // forward passes after the prefill (one per token fed back)
   double decode_seconds = 0;   // those passes plus sampling and decoding
+  double queue_seconds = 0;    // from submission to the first forward pass
+  int64_t preemptions = 0;     // times its cache was taken away for others (then recomputed)
 
   double prefill_tokens_per_second() const { return prefill_seconds > 0 ? prefill_tokens / prefill_seconds : 0; }
   double decode_tokens_per_second() const { return decode_seconds > 0 ? decode_steps / decode_seconds : 0; }
@@ -72,11 +74,19 @@ using TextCallback = std::function<void(std::string_view)>;
 // Called with each generated id (eos included) as soon as it is sampled.
 using TokenCallback = std::function<void(int32_t)>;
 
+class Engine;
+class KvSession;
+struct EngineOptions;
+
 class Generator {
  public:
   // `tokenizer` may be null: token ids in and out only (then no text and no stop strings).
-  // Both must outlive the generator.
+  // Both must outlive the generator. `options`: the engine's (KV budget and dtype, batch
+  // tokens per forward pass, which also bound a prefill chunk); bad options abort, so
+  // check them with EngineOptions::Validate first.
   Generator(Model& model, const text::Tokenizer* tokenizer);
+  Generator(Model& model, const text::Tokenizer* tokenizer, const EngineOptions& options);
+  ~Generator();
 
   // Generates a continuation of `prompt` (the whole sequence so far, at least one id).
   // Bad input (an empty prompt, ids outside the vocabulary, stop strings without a
@@ -87,23 +97,19 @@ class Generator {
 
   // Ids whose keys and values are in the cache: the last prompt plus all generated ids
   // but the final one (it was sampled, never run).
-  const std::vector<int32_t>& cached_ids() const { return cached_; }
+  const std::vector<int32_t>& cached_ids() const;
   // Forgets the cache.
   void Reset();
 
   Model& model() { return model_; }
   const text::Tokenizer* tokenizer() const { return tokenizer_; }
+  Engine& engine() { return *engine_; }
 
  private:
-  // Runs ids through the model after the cached ones, keeping the logits of the last.
-  Status Feed(std::span<const int32_t> ids, const GenerateOptions& options, std::vector<float>& logits,
-              bool* cancelled);
-
   Model& model_;
   const text::Tokenizer* tokenizer_;
-  std::unique_ptr<KvBlockPool> pool_;
-  std::unique_ptr<SequenceCache> cache_;
-  std::vector<int32_t> cached_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<KvSession> session_;  // destroyed before the engine (its cache is in the pool)
 };
 
 }  // namespace m2::runtime

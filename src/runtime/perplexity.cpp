@@ -68,9 +68,9 @@ Result<PerplexityResult> ComputePerplexity(Model& model, std::span<const int32_t
 
   PerplexityResult r;
   r.tokens = n;
-  KvBlockPool pool(model.cache_layout());
+  KvBlockPool pool(model.cache_layout(16, false, o.kv_dtype));
   std::unique_ptr<KvBlockPool> ref_pool;
-  if (ref != nullptr) ref_pool = std::make_unique<KvBlockPool>(ref->cache_layout());
+  if (ref != nullptr) ref_pool = std::make_unique<KvBlockPool>(ref->cache_layout(16, false, o.reference_kv_dtype));
   std::vector<float> logits, ref_logits;
   std::vector<double> kls;
   double nll_sum = 0, ref_nll_sum = 0;

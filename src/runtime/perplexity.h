@@ -39,6 +39,10 @@ struct PerplexityOptions {
   std::function<void(int64_t)> on_progress;
   // Optional: compare with this model (same vocabulary) position by position.
   Model* reference = nullptr;
+  // How each model's keys and values are stored (the exact fp32 by default): the same
+  // model as its own reference with kv_dtype bf16 measures what bf16 KV costs.
+  KvDtype kv_dtype = KvDtype::kF32;
+  KvDtype reference_kv_dtype = KvDtype::kF32;
 };
 
 // Statistics of the comparison with the reference model (PerplexityOptions::reference).

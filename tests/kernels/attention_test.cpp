@@ -1,12 +1,18 @@
 // The SIMD attention kernels against the portable one, over group sizes that do and do
-// not fill the register tiles, head dims, lengths that end inside a block, and block
-// sizes. Tolerance: the kernels differ only in summation order and in the vectorised
-// exp (relative error < 2e-7), so outputs (convex mixes of V rows of size ~1) agree to
-// a few float ulps of the largest |V|; 2e-5 leaves room without hiding a wrong row.
+// not fill the register tiles, head dims, lengths that end inside a block, block sizes
+// and both KV storage types. Tolerance: the kernels differ only in summation order and
+// in the vectorised exp (relative error < 2e-7), so outputs (convex mixes of V rows of
+// size ~1) agree to a few float ulps of the largest |V|; 2e-5 leaves room without hiding
+// a wrong row. Blocks are taken from the arena in a shuffled order and the view reads
+// head 1 of 2, so a wrong block or head address changes the result.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <functional>
+#include <limits>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -18,45 +24,169 @@ namespace {
 
 using Kernel = std::function<void(const float*, int64_t, int64_t, const KvHeadView&, float, float*, float*)>;
 
-void Check(const char* name, const Kernel& kernel) {
+// One layer's K and V arenas of head-major blocks [kv_heads][bt][D] in `dtype`, filled
+// from fp32 values, and a view of head `head` over `len` positions whose block ids are a
+// shuffled pick of the arena's (a few more blocks than needed).
+struct Arena {
+  std::vector<uint8_t> k, v;
+  std::vector<int32_t> ids;
+  KvHeadView view;
+
+  Arena(int64_t D, int64_t bt, int64_t len, int64_t kv_heads, int64_t head, KvDtype dtype, std::mt19937& rng) {
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    const int64_t need = (len + bt - 1) / bt, total = need + 3;
+    const int64_t stride = kv_heads * bt * D, n = total * stride;
+    std::vector<float> src(n);
+    k.resize(n * KvDtypeBytes(dtype)), v.resize(n * KvDtypeBytes(dtype));
+    for (auto& f : src) f = nd(rng);
+    StoreKv(src.data(), n, dtype, k.data());
+    for (auto& f : src) f = nd(rng);
+    StoreKv(src.data(), n, dtype, v.data());
+    ids.resize(total);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    ids.resize(need);
+    view.k_base = k.data(), view.v_base = v.data(), view.blocks = ids.data();
+    view.block_stride = stride, view.head_offset = head * bt * D, view.block_tokens = bt, view.row_stride = D;
+    view.length = len, view.dtype = dtype;
+  }
+};
+
+void Check(const char* name, const Kernel& kernel, KvDtype dtype) {
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (int64_t D : {32, 64, 128})
     for (int64_t group : {1, 2, 5, 6, 7, 8, 13, 16})
       for (int64_t bt : {16, 64})
         for (int64_t len : {1, 17, 64, 200}) {
-          const int64_t kv_heads = 2, blocks = (len + bt - 1) / bt;
-          // Head-major blocks [kv_heads][bt][D]; the view reads head 1.
-          std::vector<std::vector<float>> kdata(blocks), vdata(blocks);
-          std::vector<const float*> kp(blocks), vp(blocks);
-          for (int64_t b = 0; b < blocks; ++b) {
-            kdata[b].resize(kv_heads * bt * D), vdata[b].resize(kv_heads * bt * D);
-            for (auto& f : kdata[b]) f = nd(rng);
-            for (auto& f : vdata[b]) f = nd(rng);
-            kp[b] = kdata[b].data(), vp[b] = vdata[b].data();
-          }
-          KvHeadView kv;
-          kv.k_blocks = kp.data(), kv.v_blocks = vp.data();
-          kv.head_offset = bt * D, kv.block_tokens = bt, kv.row_stride = D, kv.length = len;
+          const Arena a(D, bt, len, 2, 1, dtype, rng);
           std::vector<float> q(group * D), scratch(group * len), want(group * D), got(group * D, NAN);
           for (auto& f : q) f = 2.0f * nd(rng);  // peaked enough that the softmax matters
           const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-          AttendGroupPortable(q.data(), group, D, kv, scale, scratch.data(), want.data());
-          kernel(q.data(), group, D, kv, scale, scratch.data(), got.data());
+          AttendGroupPortable(q.data(), group, D, a.view, scale, scratch.data(), want.data());
+          kernel(q.data(), group, D, a.view, scale, scratch.data(), got.data());
           for (int64_t i = 0; i < group * D; ++i)
-            ASSERT_NEAR(got[i], want[i], 2e-5f) << name << ": D " << D << " group " << group << " block " << bt
-                                                << " length " << len << " element " << i;
+            ASSERT_NEAR(got[i], want[i], 2e-5f) << name << " " << KvDtypeName(dtype) << ": D " << D << " group "
+                                                << group << " block " << bt << " length " << len << " element " << i;
         }
 }
 
 TEST(AttentionKernels, Avx512MatchesPortable) {
   if (!Cpu().has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512";
-  Check("avx512", AttendGroupAvx512);
+  Check("avx512", AttendGroupAvx512, KvDtype::kF32);
+  Check("avx512", AttendGroupAvx512, KvDtype::kBf16);
 }
 
 TEST(AttentionKernels, Avx2MatchesPortable) {
   if (!Cpu().has_avx2()) GTEST_SKIP() << "this CPU has no AVX2";
-  Check("avx2", AttendGroupAvx2);
+  Check("avx2", AttendGroupAvx2, KvDtype::kF32);
+  Check("avx2", AttendGroupAvx2, KvDtype::kBf16);
+}
+
+// bf16 storage changes only the stored values: on inputs already rounded to bf16, the
+// portable kernel over a shuffled bf16 arena (head 1 of 2) gives what it gives over a
+// plain fp32 one (blocks in order, one head), which also checks its addressing.
+TEST(AttentionKernels, PortableBf16MatchesF32OnRoundedData) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t D : {32, 128})
+    for (int64_t group : {1, 6})
+      for (int64_t bt : {16, 64})
+        for (int64_t len : {1, 17, 200}) {
+          const Arena b(D, bt, len, 2, 1, KvDtype::kBf16, rng);
+          // The same positions' rows, rounded, in a single-head fp32 arena: row j at j * D.
+          const int64_t nb = (len + bt - 1) / bt;
+          std::vector<float> k(nb * bt * D), v(nb * bt * D);
+          for (int64_t j = 0; j < len; ++j) {
+            const int64_t off = b.ids[j / bt] * b.view.block_stride + b.view.head_offset + (j % bt) * D;
+            LoadKv(b.k.data() + 2 * off, D, KvDtype::kBf16, k.data() + j * D);
+            LoadKv(b.v.data() + 2 * off, D, KvDtype::kBf16, v.data() + j * D);
+          }
+          std::vector<int32_t> ids(nb);
+          std::iota(ids.begin(), ids.end(), 0);
+          KvHeadView f;
+          f.k_base = k.data(), f.v_base = v.data(), f.blocks = ids.data(), f.block_stride = bt * D;
+          f.block_tokens = bt, f.row_stride = D, f.length = len, f.dtype = KvDtype::kF32;
+          std::vector<float> q(group * D), scratch(group * len), want(group * D), got(group * D, NAN);
+          for (auto& x : q) x = 2.0f * nd(rng);
+          const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+          AttendGroupPortable(q.data(), group, D, f, scale, scratch.data(), want.data());
+          AttendGroupPortable(q.data(), group, D, b.view, scale, scratch.data(), got.data());
+          for (int64_t i = 0; i < group * D; ++i)
+            ASSERT_NEAR(got[i], want[i], 1e-6f)
+                << "D " << D << " group " << group << " block " << bt << " length " << len << " element " << i;
+        }
+}
+
+float FromBits(uint32_t u) { return std::bit_cast<float>(u); }
+uint32_t Bits(float f) { return std::bit_cast<uint32_t>(f); }
+
+TEST(AttentionKernels, StoreLoadKv) {
+  EXPECT_STREQ(KvDtypeName(KvDtype::kF32), "f32");
+  EXPECT_STREQ(KvDtypeName(KvDtype::kBf16), "bf16");
+  EXPECT_EQ(KvDtypeBytes(KvDtype::kF32), 4);
+  EXPECT_EQ(KvDtypeBytes(KvDtype::kBf16), 2);
+
+  // fp32: bit-exact, NaN payloads and -0 included.
+  const std::vector<float> f32 = {1.5f, -0.0f, INFINITY, -INFINITY, FromBits(0x7fc00001u), FromBits(0x00000001u),
+                                  std::numeric_limits<float>::max()};
+  std::vector<float> f32_stored(f32.size()), f32_back(f32.size());
+  StoreKv(f32.data(), f32.size(), KvDtype::kF32, f32_stored.data());
+  LoadKv(f32_stored.data(), f32.size(), KvDtype::kF32, f32_back.data());
+  for (size_t i = 0; i < f32.size(); ++i) EXPECT_EQ(Bits(f32_back[i]), Bits(f32[i])) << i;
+
+  // bf16: round to nearest, ties to even.
+  struct Case {
+    uint32_t in;
+    uint16_t out;
+  };
+  const std::vector<Case> cases = {
+      {0x3f800000u, 0x3f80},  // 1: exact
+      {0x3f808000u, 0x3f80},  // 1 + 2^-8: tie, down to even
+      {0x3f818000u, 0x3f82},  // tie, up to even
+      {0x3f808001u, 0x3f81},  // just above the tie
+      {0x3f807fffu, 0x3f80},  // just below the tie
+      {0xbf818000u, 0xbf82},  // negative tie, to even
+      {0x3fffffffu, 0x4000},  // carry into the exponent
+      {0x7f7fffffu, 0x7f80},  // largest float rounds to inf
+      {0x00018000u, 0x0002},  // subnormal tie, up to even
+      {0x80000000u, 0x8000},  // -0
+      {0x7f800000u, 0x7f80},  // inf
+      {0xff800000u, 0xff80},  // -inf
+  };
+  for (const Case& c : cases) {
+    const float x = FromBits(c.in);
+    uint16_t b = 0;
+    float back = 0;
+    StoreKv(&x, 1, KvDtype::kBf16, &b);
+    EXPECT_EQ(b, c.out) << std::hex << c.in;
+    LoadKv(&b, 1, KvDtype::kBf16, &back);
+    EXPECT_EQ(Bits(back), static_cast<uint32_t>(c.out) << 16) << std::hex << c.in;
+  }
+  // NaN stays NaN, also where plain rounding would carry into inf or wrap to 0.
+  for (uint32_t nan : {0x7fc00000u, 0x7f800001u, 0xff800001u, 0x7fffffffu, 0xffffffffu}) {
+    const float x = FromBits(nan);
+    uint16_t b = 0;
+    float back = 0;
+    StoreKv(&x, 1, KvDtype::kBf16, &b);
+    LoadKv(&b, 1, KvDtype::kBf16, &back);
+    EXPECT_TRUE(std::isnan(back)) << std::hex << nan << " -> " << b;
+    EXPECT_EQ(std::signbit(back), std::signbit(x)) << std::hex << nan;
+  }
+
+  // Every bf16 value widens exactly and stores back to itself (NaNs: quiet, same sign).
+  std::vector<uint16_t> all(65536), again(65536);
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<float> wide(65536);
+  LoadKv(all.data(), 65536, KvDtype::kBf16, wide.data());
+  StoreKv(wide.data(), 65536, KvDtype::kBf16, again.data());
+  for (uint32_t u = 0; u < 65536; ++u) {
+    ASSERT_EQ(Bits(wide[u]), u << 16) << std::hex << u;
+    if (std::isnan(wide[u]))
+      ASSERT_EQ(again[u], u | 0x40) << std::hex << u;
+    else
+      ASSERT_EQ(again[u], u) << std::hex << u;
+  }
 }
 
 }  // namespace

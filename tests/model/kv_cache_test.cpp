@@ -163,3 +163,76 @@ TEST(KvCacheTest, UnshareCopiesOnlySharedBlocksInRange) {
 
 }  // namespace
 }  // namespace m2
+
+namespace m2 {
+namespace {
+
+// The prefix cache: registered blocks survive their sequence, are found by hash and
+// tokens, are copied before a write, and are evicted least recently used only when no
+// fresh block is left.
+TEST(KvCacheTest, PrefixCacheKeepsRegisteredBlocksAndEvictsLeastRecentlyUsed) {
+  KvBlockPool pool(Layout(), /*max_blocks=*/4);  // 2 positions per block
+  const std::vector<int32_t> t0 = {1, 2}, t1 = {3, 4}, t2 = {5, 6};
+  uint64_t h0 = 0, h1 = 0;
+  int32_t b0 = -1;
+  {
+    SequenceCache a(&pool);
+    ASSERT_TRUE(a.Extend(5).ok());  // 3 blocks, the last one partial
+    a.K(0, 0)[0] = 42.0f;
+    b0 = a.block_table()[0];
+    h0 = pool.Register(a.block_table()[0], 0, t0);
+    h1 = pool.Register(a.block_table()[1], h0, t1);
+    EXPECT_TRUE(pool.IsRegistered(b0));
+    EXPECT_EQ(h0, PrefixHash(0, t0));
+    EXPECT_NE(h1, PrefixHash(0, t1));  // chained: the same tokens after another prefix differ
+  }
+  EXPECT_EQ(pool.blocks_in_use(), 0);
+  EXPECT_EQ(pool.blocks_cached(), 2);
+  EXPECT_EQ(pool.available_blocks(), 4);
+  // Wrong tokens under the right hash are not a hit.
+  EXPECT_EQ(pool.LookupPrefix(h0, t1), -1);
+  const int32_t got = pool.LookupPrefix(h0, t0);
+  ASSERT_EQ(got, b0);
+  EXPECT_EQ(pool.RefCount(got), 1);
+  EXPECT_EQ(pool.blocks_cached(), 1);
+  SequenceCache b(&pool);
+  b.AdoptPrefix(std::span<const int32_t>(&got, 1), 1, 2);
+  EXPECT_EQ(b.K(0, 0)[0], 42.0f);
+  EXPECT_EQ(b.filled(0), 1);
+  // Writing position 1 of the registered block copies it; the cached one stays intact.
+  EXPECT_EQ(b.BlocksToExtend(2), 1);
+  ASSERT_TRUE(b.Extend(2).ok());
+  EXPECT_NE(b.block_table()[0], b0);
+  b.K(0, 0)[0] = 7.0f;
+  EXPECT_EQ(pool.K(b0, 0)[0], 42.0f);
+  EXPECT_EQ(pool.blocks_cached(), 2);  // b0 went back to the cache
+  // Fresh blocks first, then the least recently used cached one (h1's block, older).
+  SequenceCache c(&pool);
+  ASSERT_TRUE(c.Extend(4).ok());  // 2 blocks: 1 fresh + 1 evicted
+  EXPECT_EQ(pool.blocks_cached(), 1);
+  EXPECT_EQ(pool.LookupPrefix(h1, t1), -1);  // evicted
+  EXPECT_NE(pool.LookupPrefix(h0, t0), -1);  // still cached (taken back)
+  EXPECT_EQ(pool.blocks_in_use(), 4);
+  EXPECT_EQ(pool.available_blocks(), 0);
+  EXPECT_FALSE(c.Extend(6).ok());
+  (void)t2;
+}
+
+TEST(KvCacheTest, Bf16PoolStoresHalfTheBytes) {
+  CacheLayout l = Layout();
+  l.kv_dtype = KvDtype::kBf16;
+  KvBlockPool pool(l);
+  EXPECT_EQ(pool.block_bytes(), pool.block_floats() * 2);
+  SequenceCache c(&pool);
+  ASSERT_TRUE(c.Extend(3).ok());
+  const float v[2] = {1.5f, -3.25f};
+  StoreKv(v, 2, KvDtype::kBf16, c.KRaw(1, 2));
+  float back[2];
+  LoadKv(c.KRaw(1, 2), 2, KvDtype::kBf16, back);
+  EXPECT_EQ(back[0], 1.5f);
+  EXPECT_EQ(back[1], -3.25f);
+  EXPECT_EQ(static_cast<char*>(c.KRaw(0, 1)) - static_cast<char*>(c.KRaw(0, 0)), 2 * 2);
+}
+
+}  // namespace
+}  // namespace m2

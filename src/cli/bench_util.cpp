@@ -1,0 +1,109 @@
+#include "cli/bench_util.h"
+
+#include <sys/mman.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "base/progress.h"
+#include "kernels/probe.h"
+
+namespace m2::cli {
+
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// Best of six parallel passes over a buffer much larger than the caches, three plain
+// and three with the GEMV kernels' prefetching (whichever reads faster here).
+double MeasureBandwidth(ThreadPool& pool) {
+  const int64_t n = (1ll << 30) / sizeof(float);
+  std::vector<float> buf(static_cast<size_t>(n), 1.0f);
+  double best = 0;
+  for (int rep = 0; rep < 6; ++rep) {
+    std::vector<double> sums(pool.size());
+    const bool prefetch = rep % 2 == 1;
+    const auto t0 = Clock::now();
+    pool.ParallelFor(n, 4096, [&](int64_t b, int64_t e, int th) { sums[th] += ReadAll(buf.data() + b, e - b, prefetch); });
+    const double s = Seconds(t0, Clock::now());
+    best = std::max(best, static_cast<double>(n * sizeof(float)) / s);
+  }
+  return best;
+}
+
+double MeasurePeakFlops(ThreadPool& pool) {
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<double> flops(pool.size());
+    const auto t0 = Clock::now();
+    pool.ParallelFor(pool.size(), 1, [&](int64_t b, int64_t e, int th) {
+      for (int64_t i = b; i < e; ++i) flops[th] += FmaBurst(20'000'000);
+    });
+    const double s = Seconds(t0, Clock::now());
+    double total = 0;
+    for (double f : flops) total += f;
+    best = std::max(best, total / s);
+  }
+  return best;
+}
+
+int64_t PeakRssBytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  return 0;
+}
+
+// Bring every page of the weights into memory so timings measure compute and memory,
+// not disk: MADV_POPULATE_READ (Linux 5.14+) maps them in large batches; where the
+// kernel lacks it, every page is touched (several times slower: a fault per 4 KiB).
+void Prefault(const TensorStore& store) {
+#ifndef MADV_POPULATE_READ
+  constexpr int MADV_POPULATE_READ = 22;
+#endif
+  uint64_t total = 0;
+  for (const auto& f : store.files()) total += f->file_size();
+  Progress p("reading weights into memory", total, "bytes");
+  volatile uint8_t sink = 0;
+  const uintptr_t page = 4096;
+  for (const auto& f : store.files()) {
+    for (const auto& e : f->header().tensors) {
+      const TensorView v = f->View(e);
+      const uintptr_t b = reinterpret_cast<uintptr_t>(v.data) & ~(page - 1);
+      const uintptr_t end = reinterpret_cast<uintptr_t>(v.data) + v.nbytes;
+      if (::madvise(reinterpret_cast<void*>(b), end - b, MADV_POPULATE_READ) != 0)
+        for (size_t i = 0; i < v.nbytes; i += page) sink = sink + v.data[i];
+      p.Advance(v.nbytes);
+    }
+  }
+  (void)sink;
+}
+
+Costs CountCosts(const Model& m) {
+  const ModelConfig& c = m.config();
+  const ModelWeights& w = m.weights();
+  Costs k;
+  for (const auto& L : w.layers) {
+    for (const LinearWeight* lw : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.o, &L.moe.gate}) {
+      k.linear_flops_per_token += 2.0 * lw->rows * lw->cols;
+      k.weight_bytes_per_token += lw->bytes();
+      k.shared_bytes += lw->bytes();
+    }
+    const ExpertWeights& ex = L.moe.experts[0];  // every expert has the same size
+    const double expert_bytes = ex.w1.bytes() + ex.w3.bytes() + ex.w2.bytes();
+    const double expert_flops = 2.0 * (ex.w1.rows * ex.w1.cols + ex.w3.rows * ex.w3.cols + ex.w2.rows * ex.w2.cols);
+    k.linear_flops_per_token += c.num_experts_per_tok * expert_flops;
+    k.weight_bytes_per_token += c.num_experts_per_tok * expert_bytes;
+    k.expert_bytes = expert_bytes;
+  }
+  k.lm_head_flops = 2.0 * w.lm_head.rows * w.lm_head.cols;
+  k.weight_bytes_per_token += w.lm_head.bytes() + w.embed.bytes() / w.embed.rows;
+  k.shared_bytes += w.lm_head.bytes();
+  return k;
+}
+
+double AttentionFlops(const ModelConfig& c, int64_t p) {
+  return 4.0 * c.num_attention_heads * c.head_dim * static_cast<double>(p + 1) * c.num_hidden_layers;
+}
+
+}  // namespace m2::cli

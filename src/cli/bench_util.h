@@ -1,0 +1,35 @@
+// Measurements shared by the benchmark commands: the machine's ceilings (read bandwidth,
+// fp32 FMA peak), peak RSS, weights brought into memory, and a model's per-token costs.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+
+#include "base/thread_pool.h"
+#include "io/tensor_store.h"
+#include "model/model.h"
+
+namespace m2::cli {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b);
+// Best of six parallel passes over 1 GiB, plain and prefetching reads alternately.
+double MeasureBandwidth(ThreadPool& pool);
+double MeasurePeakFlops(ThreadPool& pool);
+int64_t PeakRssBytes();
+// Brings every page of the weights into memory (timings then measure compute and memory).
+void Prefault(const TensorStore& store);
+
+struct Costs {
+  double linear_flops_per_token = 0;  // every layer's projections, router and top-k experts
+  double weight_bytes_per_token = 0;  // decode: weights read for one token
+  double lm_head_flops = 0;
+  double shared_bytes = 0;  // read once per step whatever the batch: attention, router, lm_head
+  double expert_bytes = 0;  // one expert (w1, w3, w2) of one layer
+};
+Costs CountCosts(const Model& m);
+// Attention FLOPs of a token at position p: QK^T and PV over p+1 positions, all layers.
+double AttentionFlops(const ModelConfig& c, int64_t p);
+
+}  // namespace m2::cli

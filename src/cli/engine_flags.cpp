@@ -1,0 +1,32 @@
+#include "cli/engine_flags.h"
+
+namespace m2::cli {
+
+void AddEngineFlags(CLI::App* cmd, EngineFlags& f, bool serving) {
+  cmd->add_option("--kv-memory", f.kv_memory,
+                  "KV cache budget in GiB, taken once at start (default: one full context, at most 4 GiB)");
+  cmd->add_option("--kv-tokens", f.kv_tokens, "KV cache budget in tokens (overrides --kv-memory)");
+  cmd->add_option("--kv-dtype", f.kv_dtype, "How keys and values are stored: bf16 (default, half the memory) or f32 (exact)");
+  cmd->add_option("--max-batch-tokens", f.max_batch_tokens,
+                  "Most tokens per forward pass: decoding streams plus chunks of prompts being prefilled (default 512)");
+  cmd->add_flag("--no-prefix-cache", f.no_prefix_cache, "Do not keep and share the KV blocks of earlier prompts");
+  if (serving) {
+    cmd->add_option("--max-running", f.max_running, "Most sequences generating at once (default 64)");
+    cmd->add_option("--max-queue", f.max_queue, "Most requests waiting; more are refused (default 1024)");
+  }
+}
+
+Result<runtime::EngineOptions> ResolveEngineFlags(const EngineFlags& f, const ModelConfig& config) {
+  runtime::EngineOptions o;
+  M2_ASSIGN_OR_RETURN(o.kv_dtype, runtime::ParseKvDtype(f.kv_dtype));
+  o.kv_memory_gib = f.kv_memory;
+  o.kv_tokens = f.kv_tokens;
+  o.max_batch_tokens = f.max_batch_tokens;
+  o.max_running = f.max_running;
+  o.max_queue = f.max_queue;
+  o.prefix_cache = !f.no_prefix_cache;
+  M2_RETURN_IF_ERROR(runtime::KvBudgetBlocks(config, o).status());
+  return o;
+}
+
+}  // namespace m2::cli

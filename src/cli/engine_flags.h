@@ -1,0 +1,29 @@
+// Flags of the serving core (KV budget and dtype, batching), shared by every command
+// that generates through runtime::Engine: generate, chat, bench, serve.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "base/status.h"
+#include "runtime/engine.h"
+
+namespace m2::cli {
+
+struct EngineFlags {
+  double kv_memory = 0;
+  int64_t kv_tokens = 0;
+  std::string kv_dtype = "bf16";
+  int64_t max_batch_tokens = 512;
+  int64_t max_running = 64;
+  int64_t max_queue = 1024;
+  bool no_prefix_cache = false;
+};
+
+// `serving`: also the flags that only matter with many requests (running and queue limits).
+void AddEngineFlags(CLI::App* cmd, EngineFlags& f, bool serving = false);
+// Checks the options against the model too (a budget too small for one block is an error).
+Result<runtime::EngineOptions> ResolveEngineFlags(const EngineFlags& f, const ModelConfig& config);
+
+}  // namespace m2::cli

@@ -1,0 +1,578 @@
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "runtime/stop_strings.h"
+
+namespace m2::runtime {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+}  // namespace
+
+struct Engine::Seq {
+  uint64_t id = 0;
+  Request req;
+  std::unique_ptr<Sampler> own_sampler;
+  Sampler* sampler = nullptr;
+  std::vector<int32_t> ids;  // prompt, then generated ids (the last one not yet run)
+  size_t prompt_len = 0;
+  std::unique_ptr<SequenceCache> cache;  // null while waiting
+  int64_t registered = 0;                // leading full blocks registered in the prefix cache
+  uint64_t parent_hash = 0;              // hash of the last of them
+  std::unique_ptr<text::StreamDecoder> decoder;
+  std::unique_ptr<StopStringFilter> stops;
+  GenerationResult result;
+  bool admitted_once = false, got_first = false, done = false;
+  Clock::time_point submitted, admitted, first_token;
+
+  int64_t remaining() const { return static_cast<int64_t>(ids.size()) - cache->length(); }
+};
+
+Status EngineOptions::Validate() const {
+  if (kv_tokens < 0) return Error("--kv-tokens must be >= 0 (0: use --kv-memory or the default), found {}", kv_tokens);
+  if (!(kv_memory_gib >= 0) || !std::isfinite(kv_memory_gib))
+    return Error("--kv-memory must be a number of GiB >= 0, found {}", kv_memory_gib);
+  if (block_tokens < 1 || block_tokens > 1024)
+    return Error("KV block size must be in [1, 1024] tokens, found {}", block_tokens);
+  if (max_batch_tokens < 1) return Error("--max-batch-tokens must be >= 1, found {}", max_batch_tokens);
+  if (max_running < 1) return Error("--max-running must be >= 1, found {}", max_running);
+  if (max_queue < 0) return Error("--max-queue must be >= 0, found {}", max_queue);
+  return Status::Ok();
+}
+
+int64_t KvBytesPerToken(const ModelConfig& cfg, KvDtype dtype) {
+  return cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * 2 * KvDtypeBytes(dtype);
+}
+
+Result<int64_t> KvBudgetBlocks(const ModelConfig& cfg, const EngineOptions& o) {
+  M2_RETURN_IF_ERROR(o.Validate());
+  const int64_t bt = o.block_tokens;
+  const double block_bytes = static_cast<double>(KvBytesPerToken(cfg, o.kv_dtype) * bt);
+  if (o.kv_tokens > 0) return (o.kv_tokens + bt - 1) / bt;
+  if (o.kv_memory_gib > 0) {
+    const auto blocks = static_cast<int64_t>(o.kv_memory_gib * kGiB / block_bytes);
+    if (blocks < 1)
+      return Error("--kv-memory {} GiB holds no KV block: one block of {} tokens takes {} bytes for this model", o.kv_memory_gib,
+                   bt, static_cast<int64_t>(block_bytes));
+    return blocks;
+  }
+  const int64_t context_blocks = (cfg.max_position_embeddings + bt - 1) / bt;
+  const auto mem_blocks = static_cast<int64_t>(4 * kGiB / block_bytes);
+  return std::max<int64_t>(1, std::min(context_blocks, mem_blocks));
+}
+
+Result<KvDtype> ParseKvDtype(const std::string& s) {
+  if (s == "bf16") return KvDtype::kBf16;
+  if (s == "f32" || s == "fp32") return KvDtype::kF32;
+  return Error("unknown KV cache dtype '{}': expected bf16 or f32", s);
+}
+
+Result<std::unique_ptr<Engine>> Engine::Create(Model& model, const text::Tokenizer* tokenizer, EngineOptions options) {
+  M2_ASSIGN_OR_RETURN(int64_t blocks, KvBudgetBlocks(model.config(), options));
+  return std::unique_ptr<Engine>(new Engine(model, tokenizer, options, blocks));
+}
+
+Engine::Engine(Model& model, const text::Tokenizer* tokenizer, EngineOptions options, int64_t blocks)
+    : model_(model), tokenizer_(tokenizer), options_(options) {
+  // The trunk's layers only: MTP modules keep caches of their own (speculative decoding).
+  pool_ = std::make_unique<KvBlockPool>(model_.cache_layout(options_.block_tokens, false, options_.kv_dtype), blocks);
+  stats_.kv_blocks_total = blocks;
+  stats_.block_tokens = options_.block_tokens;
+  shared_stats_ = stats_;
+}
+
+Engine::~Engine() {
+  Stop();
+  std::deque<std::unique_ptr<Seq>> rest;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    rest.swap(incoming_);
+  }
+  for (auto& s : running_) Finish(*s, StopReason::kCancelled);
+  for (auto& s : waiting_) Finish(*s, StopReason::kCancelled);
+  for (auto& s : rest) Finish(*s, StopReason::kCancelled);
+}
+
+Status Engine::ValidateRequest(const Request& r) const {
+  const ModelConfig& cfg = model_.config();
+  if (r.prompt.empty()) return Error("the prompt is empty: generation needs at least one token");
+  for (size_t i = 0; i < r.prompt.size(); ++i)
+    if (r.prompt[i] < 0 || r.prompt[i] >= cfg.vocab_size)
+      return Error("prompt token {} (id {}) is outside the model's vocabulary [0, {})", i, r.prompt[i], cfg.vocab_size);
+  if (static_cast<int64_t>(r.prompt.size()) > cfg.max_position_embeddings)
+    return Error("the prompt has {} tokens, more than the model's context of {} (max_position_embeddings)",
+                 r.prompt.size(), cfg.max_position_embeddings);
+  const int64_t bt = options_.block_tokens;
+  const int64_t need = (static_cast<int64_t>(r.prompt.size()) + bt - 1) / bt;
+  if (need > pool_->max_blocks())
+    return Error("the prompt has {} tokens, more than the whole KV cache holds ({} tokens in {} blocks): raise "
+                 "--kv-memory or --kv-tokens",
+                 r.prompt.size(), pool_->max_blocks() * bt, pool_->max_blocks());
+  const bool has_stops =
+      std::any_of(r.options.stop_strings.begin(), r.options.stop_strings.end(), [](const auto& s) { return !s.empty(); });
+  if (has_stops && tokenizer_ == nullptr)
+    return Error("stop strings need a tokenizer (tokenizer.json in the model folder)");
+  if (r.on_text && tokenizer_ == nullptr) return Error("text output needs a tokenizer (tokenizer.json in the model folder)");
+  if (r.options.max_new_tokens < 1) return Error("max_new_tokens must be >= 1, found {}", r.options.max_new_tokens);
+  if (r.sampler == nullptr) M2_RETURN_IF_ERROR(r.sampling.Validate());
+  return Status::Ok();
+}
+
+Result<uint64_t> Engine::Submit(Request request) {
+  if (Status st = ValidateRequest(request); !st.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++shared_stats_.requests_refused;
+    return st;
+  }
+  auto s = std::make_unique<Seq>();
+  s->submitted = Clock::now();
+  s->ids = request.prompt;
+  s->prompt_len = request.prompt.size();
+  s->req = std::move(request);
+  if (s->req.sampler != nullptr) {
+    s->sampler = s->req.sampler;
+  } else {
+    s->own_sampler = std::make_unique<Sampler>(s->req.sampling);
+    s->sampler = s->own_sampler.get();
+  }
+  if (tokenizer_ != nullptr) s->decoder = std::make_unique<text::StreamDecoder>(*tokenizer_);
+  s->stops = std::make_unique<StopStringFilter>(s->req.options.stop_strings);
+  s->result.stats.prompt_tokens = static_cast<int64_t>(s->prompt_len);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (s->req.session != nullptr) {
+    if (s->req.session->busy_) return Error("this conversation already has a request running");
+    s->req.session->busy_ = true;
+  }
+  if (queued_ >= options_.max_queue) {
+    if (s->req.session != nullptr) s->req.session->busy_ = false;
+    ++shared_stats_.requests_refused;
+    return Error("the server is busy: {} requests are already waiting (--max-queue {}); try again later", queued_,
+                 options_.max_queue);
+  }
+  s->id = next_id_++;
+  const uint64_t id = s->id;
+  incoming_.push_back(std::move(s));
+  ++queued_;
+  cv_.notify_all();
+  return id;
+}
+
+void Engine::Cancel(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancel_.insert(id);
+  cv_.notify_all();
+}
+
+void Engine::Admit(Seq& s) {
+  const int64_t bt = options_.block_tokens;
+  const auto n = static_cast<int64_t>(s.ids.size());
+  int64_t reused = 0;
+  KvSession* session = s.req.session;
+  if (session != nullptr && session->cache_ != nullptr) {
+    // Token-exact reuse of the conversation's cache. The last id is always run again:
+    // its logits are needed and the cache keeps keys and values, not logits.
+    int64_t common = 0;
+    const int64_t limit = std::min<int64_t>(static_cast<int64_t>(session->ids_.size()), n - 1);
+    while (common < limit && session->ids_[static_cast<size_t>(common)] == s.ids[static_cast<size_t>(common)]) ++common;
+    s.cache = std::move(session->cache_);
+    session->ids_.clear();
+    if (Status st = s.cache->Truncate(common); !st.ok()) {
+      // A recurrent layer cannot roll back: start this sequence over, and say so.
+      s.cache = std::make_unique<SequenceCache>(pool_.get());
+      s.result.stats.reused_tokens = 0;
+      Finish(s, StopReason::kError,
+             Error("cannot reuse the conversation's cache: {} (the Lightning models need state checkpoints)",
+                   st.message()));
+      return;
+    }
+    reused = common;
+  } else {
+    s.cache = std::make_unique<SequenceCache>(pool_.get());
+    if (options_.prefix_cache && pool_->prefix_cache_supported()) {
+      std::vector<int32_t> blocks;
+      uint64_t h = 0;
+      for (int64_t b = 0; (b + 1) * bt <= n; ++b) {
+        std::span<const int32_t> toks(s.ids.data() + b * bt, static_cast<size_t>(bt));
+        const uint64_t next = PrefixHash(h, toks);
+        const int32_t block = pool_->LookupPrefix(next, toks);
+        if (block < 0) break;
+        blocks.push_back(block);
+        h = next;
+      }
+      if (!blocks.empty()) {
+        reused = std::min<int64_t>(static_cast<int64_t>(blocks.size()) * bt, n - 1);
+        s.cache->AdoptPrefix(blocks, reused, model_.config().num_hidden_layers);
+        s.registered = static_cast<int64_t>(blocks.size());
+        s.parent_hash = h;
+      }
+    }
+  }
+  if (!s.admitted_once) {
+    s.admitted_once = true;
+    s.admitted = Clock::now();
+    s.result.stats.reused_tokens = reused;
+    s.result.stats.prefill_tokens = static_cast<int64_t>(s.prompt_len) - reused;
+    s.result.stats.queue_seconds = Seconds(s.submitted, s.admitted);
+    stats_.prompt_tokens += static_cast<int64_t>(s.prompt_len);
+    stats_.cached_prompt_tokens += reused;
+  }
+}
+
+void Engine::Preempt(Seq& s) {
+  s.cache.reset();
+  s.registered = 0;
+  s.parent_hash = 0;
+  ++s.result.stats.preemptions;
+  ++stats_.preemptions;
+}
+
+void Engine::RegisterFullBlocks(Seq& s) {
+  if (!options_.prefix_cache || !pool_->prefix_cache_supported()) return;
+  const int64_t bt = options_.block_tokens;
+  const int64_t full = s.cache->length() / bt;
+  const auto& table = s.cache->block_table();
+  for (; s.registered < full; ++s.registered) {
+    std::span<const int32_t> toks(s.ids.data() + s.registered * bt, static_cast<size_t>(bt));
+    s.parent_hash = pool_->Register(table[static_cast<size_t>(s.registered)], s.parent_hash, toks);
+  }
+}
+
+void Engine::Finish(Seq& s, StopReason reason, Status error) {
+  if (s.done) return;
+  s.done = true;
+  GenerationResult& r = s.result;
+  auto emit = [&](const std::string& t) {
+    if (t.empty()) return;
+    r.text += t;
+    if (s.req.on_text) s.req.on_text(t);
+  };
+  if (s.decoder && reason != StopReason::kStopString && !s.stops->stopped()) {
+    // Bytes of an unfinished character become U+FFFD, as Decode would give them; a stop
+    // string may still complete in them.
+    StopStringFilter::Result sr = s.stops->Push(s.decoder->Finish());
+    emit(sr.text);
+    if (sr.stopped) {
+      reason = StopReason::kStopString;
+      r.stop_string = sr.stop;
+    } else {
+      emit(s.stops->Flush());
+    }
+  }
+  r.stop_reason = error.ok() ? reason : StopReason::kError;
+  r.stats.generated_tokens = static_cast<int64_t>(r.tokens.size());
+  const auto now = Clock::now();
+  if (s.got_first) r.stats.decode_seconds = Seconds(s.first_token, now);
+  else if (s.admitted_once) r.stats.prefill_seconds = Seconds(s.admitted, now);
+  if (KvSession* session = s.req.session) {
+    if (error.ok() && s.cache != nullptr) {
+      session->ids_.assign(s.ids.begin(), s.ids.begin() + s.cache->length());
+      session->cache_ = std::move(s.cache);
+    } else {
+      session->cache_.reset();
+      session->ids_.clear();
+    }
+    session->busy_ = false;
+  }
+  s.cache.reset();
+  ++stats_.requests_finished;
+  stats_.generated_tokens += r.stats.generated_tokens;
+  if (s.req.on_done) s.req.on_done(error, r);
+}
+
+void Engine::EmitToken(Seq& s, int32_t next) {
+  GenerationResult& r = s.result;
+  s.ids.push_back(next);
+  r.tokens.push_back(next);
+  if (s.req.on_token) s.req.on_token(next);
+  const GenerateOptions& o = s.req.options;
+  if (!o.ignore_eos && std::find(o.eos_ids.begin(), o.eos_ids.end(), next) != o.eos_ids.end())
+    return Finish(s, StopReason::kEos);
+  if (s.decoder) {
+    StopStringFilter::Result sr = s.stops->Push(s.decoder->Add(next));
+    if (!sr.text.empty()) {
+      r.text += sr.text;
+      if (s.req.on_text) s.req.on_text(sr.text);
+    }
+    if (sr.stopped) {
+      r.stop_string = sr.stop;
+      return Finish(s, StopReason::kStopString);
+    }
+  }
+  if (static_cast<int64_t>(r.tokens.size()) >= o.max_new_tokens) return Finish(s, StopReason::kMaxTokens);
+  if (s.cache->length() >= model_.config().max_position_embeddings) return Finish(s, StopReason::kContextFull);
+}
+
+void Engine::AfterForward(Seq& s, int64_t ran, const float* logits) {
+  RegisterFullBlocks(s);
+  if (logits == nullptr) return;
+  const int64_t V = model_.config().vocab_size;
+  const int64_t pos = s.cache->length() - 1;
+  for (int64_t i = 0; i < V; ++i)
+    if (!std::isfinite(logits[i]))
+      return Finish(s, StopReason::kError,
+                    Error("the model produced a non-finite logit ({} for token id {}) at position {} of request {}: "
+                          "the weights or the input overflow; the request was ended",
+                          logits[i], i, pos, s.id));
+  const auto now = Clock::now();
+  if (!s.got_first) {
+    s.got_first = true;
+    s.first_token = now;
+    s.result.stats.prefill_seconds = Seconds(s.admitted, now);
+  } else {
+    ++s.result.stats.decode_steps;
+  }
+  (void)ran;
+  const int32_t next = s.sampler->Sample(std::span<const float>(logits, static_cast<size_t>(V)), s.ids);
+  EmitToken(s, next);
+}
+
+int64_t Engine::FitTokens(const Seq& s, int64_t n, int64_t free_blocks) const {
+  const int64_t len = s.cache->length();
+  if (s.cache->BlocksToExtend(len + n) <= free_blocks) return n;
+  // The most positions the table can reach with free_blocks more blocks (one of them
+  // spent on copying a shared last block, if that block is written).
+  const int64_t bt = options_.block_tokens;
+  const int64_t copy = s.cache->BlocksToExtend(len + 1) - (len % bt == 0 ? 1 : 0);
+  const int64_t table = static_cast<int64_t>(s.cache->block_table().size());
+  const int64_t reach = (table + free_blocks - copy) * bt - len;
+  return std::clamp<int64_t>(reach, 0, n);
+}
+
+bool Engine::Step() {
+  std::unordered_set<uint64_t> cancel;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    while (!incoming_.empty()) {
+      waiting_.push_back(std::move(incoming_.front()));
+      incoming_.pop_front();
+    }
+    cancel.swap(cancel_);
+  }
+  auto cancelled = [&](const Seq& s) {
+    return cancel.count(s.id) != 0 || (s.req.options.cancel != nullptr && s.req.options.cancel->load());
+  };
+  for (auto& s : running_)
+    if (cancelled(*s)) Finish(*s, StopReason::kCancelled);
+  for (auto& s : waiting_)
+    if (cancelled(*s)) Finish(*s, StopReason::kCancelled);
+  auto drop_done = [&] {
+    std::erase_if(running_, [](const auto& s) { return s->done; });
+    std::erase_if(waiting_, [](const auto& s) { return s->done; });
+  };
+  drop_done();
+
+  // Schedule. Decoding sequences first (one token each), then prefill chunks, oldest
+  // first; blocks are counted before anything is allocated.
+  int64_t budget = options_.max_batch_tokens, reserved = 0;
+  scheduled_.clear();
+  scheduled_tokens_.clear();
+  std::vector<int64_t> needs;
+  std::vector<Seq*> order;
+  for (auto& s : running_)
+    if (s->remaining() == 1) order.push_back(s.get());
+  for (auto& s : running_)
+    if (s->remaining() != 1) order.push_back(s.get());
+  auto unschedule = [&](Seq* v) {
+    for (size_t i = 0; i < scheduled_.size(); ++i)
+      if (scheduled_[i] == v) {
+        budget += scheduled_tokens_[i];
+        reserved -= needs[i];
+        scheduled_.erase(scheduled_.begin() + static_cast<std::ptrdiff_t>(i));
+        scheduled_tokens_.erase(scheduled_tokens_.begin() + static_cast<std::ptrdiff_t>(i));
+        needs.erase(needs.begin() + static_cast<std::ptrdiff_t>(i));
+        return;
+      }
+  };
+  for (Seq* s : order) {
+    if (budget == 0) break;
+    if (s->cache == nullptr) continue;  // preempted in this loop
+    int64_t n = 0;
+    // A chunk shrinks to what the free blocks hold; when not even one token fits, the
+    // most recently admitted sequence (possibly this one) is preempted.
+    while ((n = FitTokens(*s, std::min(s->remaining(), budget), pool_->available_blocks() - reserved)) == 0) {
+      Seq* victim = nullptr;
+      for (auto it = running_.rbegin(); it != running_.rend(); ++it)
+        if ((*it)->cache != nullptr && !(*it)->done) {
+          victim = it->get();
+          break;
+        }
+      if (victim == s) break;
+      unschedule(victim);
+      Preempt(*victim);
+    }
+    if (n == 0) {
+      const bool alone = std::count_if(running_.begin(), running_.end(), [](const auto& r) {
+                           return r->cache != nullptr && !r->done;
+                         }) == 1;
+      if (alone) Finish(*s, StopReason::kCacheFull);
+      else Preempt(*s);
+      continue;
+    }
+    const int64_t need = s->cache->BlocksToExtend(s->cache->length() + n);
+    scheduled_.push_back(s);
+    scheduled_tokens_.push_back(n);
+    needs.push_back(need);
+    budget -= n;
+    reserved += need;
+  }
+  // Preempted sequences go back to the front of the queue, oldest first.
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it)
+    if (!(*it)->done && (*it)->cache == nullptr) waiting_.push_front(std::move(*it));
+  std::erase_if(running_, [](const auto& s) { return s == nullptr || s->done; });
+
+  // Admit waiting requests while there is room.
+  while (budget > 0 && !waiting_.empty() && static_cast<int64_t>(running_.size()) < options_.max_running) {
+    Seq& s = *waiting_.front();
+    Admit(s);
+    if (s.done) {  // failed to attach its cache
+      waiting_.pop_front();
+      continue;
+    }
+    const int64_t n = FitTokens(s, std::min(s.remaining(), budget), pool_->available_blocks() - reserved);
+    if (n == 0) {
+      // Not now: give back what Admit took (a session's cache stays with it).
+      if (s.req.session != nullptr && s.cache != nullptr && s.req.session->cache_ == nullptr) {
+        s.req.session->cache_ = std::move(s.cache);
+        s.req.session->ids_.assign(s.ids.begin(), s.ids.begin() + s.req.session->cache_->length());
+      }
+      s.cache.reset();
+      s.registered = 0;
+      s.parent_hash = 0;
+      break;
+    }
+    const int64_t need = s.cache->BlocksToExtend(s.cache->length() + n);
+    scheduled_.push_back(&s);
+    scheduled_tokens_.push_back(n);
+    needs.push_back(need);
+    budget -= n;
+    reserved += need;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+  }
+
+  bool worked = !scheduled_.empty();
+  if (worked) {
+    batch_.tokens.clear();
+    batch_.seq.clear();
+    batch_.want_logits.clear();
+    batch_.want_hidden.clear();
+    caches_.clear();
+    for (size_t i = 0; i < scheduled_.size(); ++i) {
+      Seq& s = *scheduled_[i];
+      const int64_t from = s.cache->length(), n = scheduled_tokens_[i];
+      const bool logits = from + n == static_cast<int64_t>(s.ids.size());
+      for (int64_t j = 0; j < n; ++j)
+        batch_.Add(s.ids[static_cast<size_t>(from + j)], static_cast<int32_t>(i), logits && j + 1 == n);
+      caches_.push_back(s.cache.get());
+    }
+    logits_.clear();
+    Status st = model_.Forward(batch_, caches_, logits_);
+    ++stats_.steps;
+    const int64_t V = model_.config().vocab_size;
+    size_t row = 0;
+    for (size_t i = 0; i < scheduled_.size(); ++i) {
+      Seq& s = *scheduled_[i];
+      if (!st.ok()) {
+        Finish(s, StopReason::kError, Error("the forward pass failed: {}", st.message()));
+        continue;
+      }
+      const bool logits = s.cache->length() == static_cast<int64_t>(s.ids.size());
+      AfterForward(s, scheduled_tokens_[i], logits ? logits_.data() + row * V : nullptr);
+      if (logits) ++row;
+    }
+  }
+  drop_done();
+  PublishStats();
+  return worked || !waiting_.empty() || !running_.empty();
+}
+
+void Engine::PublishStats() {
+  stats_.running = static_cast<int64_t>(running_.size());
+  stats_.waiting = static_cast<int64_t>(waiting_.size());
+  stats_.kv_blocks_used = pool_->blocks_in_use();
+  stats_.kv_blocks_cached = pool_->blocks_cached();
+  stats_.prefix_lookups = pool_->prefix_lookups();
+  stats_.prefix_hits = pool_->prefix_hits();
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t refused = shared_stats_.requests_refused;
+  shared_stats_ = stats_;
+  shared_stats_.requests_refused = refused;
+  queued_ = static_cast<int64_t>(incoming_.size() + waiting_.size());
+  shared_stats_.waiting = queued_;
+  if (waiting_.empty() && running_.empty() && incoming_.empty()) idle_cv_.notify_all();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return shared_stats_;
+}
+
+Result<GenerationResult> Engine::Generate(Request request) {
+  if (loop_running_.load()) return Error("Engine::Generate steps on the caller's thread: the loop thread must not run");
+  bool done = false;
+  Status error;
+  GenerationResult out;
+  DoneCallback user = std::move(request.on_done);
+  request.on_done = [&](const Status& e, GenerationResult& r) {
+    done = true;
+    error = e;
+    out = std::move(r);
+    if (user) user(e, out);
+  };
+  M2_RETURN_IF_ERROR(Submit(std::move(request)).status());
+  while (!done)
+    if (!Step() && !done) return Error("internal: the engine went idle before the request ended");
+  if (!error.ok()) return error;
+  return out;
+}
+
+void Engine::Loop() {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] {
+        return stop_ || !incoming_.empty() || !cancel_.empty() || !waiting_.empty() || !running_.empty();
+      });
+      if (stop_) return;
+    }
+    Step();
+  }
+}
+
+void Engine::Start() {
+  if (loop_running_.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = false;
+  }
+  loop_ = std::thread([this] { Loop(); });
+}
+
+void Engine::Stop() {
+  if (!loop_running_.load()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+  loop_.join();
+  loop_running_.store(false);
+}
+
+void Engine::WaitIdle() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_cv_.wait(lock, [&] { return incoming_.empty() && queued_ == 0 && shared_stats_.running == 0; });
+}
+
+}  // namespace m2::runtime

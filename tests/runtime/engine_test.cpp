@@ -1,0 +1,401 @@
+// The serving core: many requests at once give each the tokens it gets alone (greedy
+// and seeded sampling), chunked prefill next to decoding streams, the shared prefix
+// cache, a KV pool far too small for the load (queueing, preemption, every request ends,
+// no block leaks), the queue limit, cancellation, non-finite logits, and a loop thread
+// fed from several threads.
+#include "runtime/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "test_model.h"
+
+namespace m2::runtime {
+namespace {
+
+const char* kTiny = "models/m2-tiny";
+
+Model& Tiny() {
+  static std::unique_ptr<Model> m = [] {
+    auto r = Model::Load(kTiny, {.progress = false});
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return std::move(*r);
+  }();
+  return *m;
+}
+
+const text::Tokenizer& TinyTokenizer() {
+  static std::unique_ptr<text::Tokenizer> t = [] {
+    auto r = text::Tokenizer::Load(kTiny);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return std::move(*r);
+  }();
+  return *t;
+}
+
+// Prompts of different lengths: text from the model's world, so the continuations are
+// the model's usual (not random-token noise), plus random ids for length.
+std::vector<std::vector<int32_t>> Prompts(int count, uint32_t seed) {
+  const char* texts[] = {"def parse(self, text):\n    ", "What is 17 times 23?", "import os\nimport sys\n\n",
+                         "class Stack:\n    def push(self, x):", "The capital of France is"};
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> tok(0, 8000);
+  std::vector<std::vector<int32_t>> out;
+  for (int i = 0; i < count; ++i) {
+    std::vector<int32_t> p;
+    const int extra = (i * 37) % 90;
+    for (int j = 0; j < extra; ++j) p.push_back(tok(rng));
+    auto t = TinyTokenizer().Encode(texts[i % 5], false);
+    p.insert(p.end(), t.begin(), t.end());
+    out.push_back(p);
+  }
+  return out;
+}
+
+Request MakeRequest(std::vector<int32_t> prompt, int64_t max_new, SamplingParams sp) {
+  Request r;
+  r.prompt = std::move(prompt);
+  r.sampling = sp;
+  r.options.max_new_tokens = max_new;
+  r.options.ignore_eos = true;
+  return r;
+}
+
+SamplingParams Greedy() {
+  SamplingParams p;
+  p.temperature = 0;
+  return p;
+}
+
+SamplingParams Seeded(uint64_t seed) {
+  SamplingParams p;
+  p.temperature = 1.0;
+  p.top_p = 0.9;
+  p.top_k = 50;
+  p.seed = seed;
+  return p;
+}
+
+std::vector<int32_t> Solo(const Request& r, EngineOptions o = {}) {
+  o.prefix_cache = false;
+  auto e = Engine::Create(Tiny(), &TinyTokenizer(), o);
+  EXPECT_TRUE(e.ok());
+  auto out = (*e)->Generate(r);
+  EXPECT_TRUE(out.ok()) << out.status().message();
+  return out.ok() ? out->tokens : std::vector<int32_t>{};
+}
+
+struct Collected {
+  std::map<uint64_t, GenerationResult> results;
+  std::map<uint64_t, Status> errors;
+  std::mutex mu;
+};
+
+// Submits all, steps until every one is done; checks the step count stays bounded.
+void RunAll(Engine& e, std::vector<Request> reqs, Collected& c, std::vector<uint64_t>& ids) {
+  for (auto& r : reqs) {
+    auto* cp = &c;
+    auto id_slot = std::make_shared<uint64_t>(0);
+    r.on_done = [cp, id_slot](const Status& st, GenerationResult& res) {
+      std::lock_guard<std::mutex> lock(cp->mu);
+      cp->results[*id_slot] = res;
+      cp->errors[*id_slot] = st;
+    };
+    auto id = e.Submit(std::move(r));
+    ASSERT_TRUE(id.ok()) << id.status().message();
+    *id_slot = *id;
+    ids.push_back(*id);
+  }
+  int steps = 0;
+  while (e.Step()) ASSERT_LT(++steps, 100000) << "the engine does not finish";
+}
+
+TEST(Engine, SixteenConcurrentGreedyRequestsMatchSoloRuns) {
+  const auto prompts = Prompts(16, 1);
+  EngineOptions o;
+  o.max_batch_tokens = 64;  // forces chunked prefill next to decoding streams
+  auto e = Engine::Create(Tiny(), &TinyTokenizer(), o);
+  ASSERT_TRUE(e.ok());
+  std::vector<Request> reqs;
+  for (int i = 0; i < 16; ++i) reqs.push_back(MakeRequest(prompts[i], 20 + 3 * i, Greedy()));
+  Collected c;
+  std::vector<uint64_t> ids;
+  RunAll(**e, reqs, c, ids);
+  for (int i = 0; i < 16; ++i) {
+    ASSERT_TRUE(c.errors[ids[i]].ok());
+    EXPECT_EQ(c.results[ids[i]].stop_reason, StopReason::kMaxTokens);
+    EXPECT_EQ(c.results[ids[i]].tokens, Solo(reqs[i])) << "request " << i;
+  }
+  EXPECT_EQ((*e)->pool().blocks_in_use(), 0);
+  EXPECT_GT((*e)->stats().steps, 20);
+}
+
+TEST(Engine, SeededSamplingDoesNotDependOnTheBatch) {
+  const auto prompts = Prompts(6, 2);
+  auto e = Engine::Create(Tiny(), &TinyTokenizer(), {});
+  ASSERT_TRUE(e.ok());
+  std::vector<Request> reqs;
+  for (int i = 0; i < 6; ++i) reqs.push_back(MakeRequest(prompts[i], 30, Seeded(100 + i)));
+  Collected c;
+  std::vector<uint64_t> ids;
+  RunAll(**e, reqs, c, ids);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(c.results[ids[i]].tokens, Solo(reqs[i])) << "request " << i;
+  // Different seeds do give different samples (the test would pass vacuously otherwise).
+  EXPECT_NE(c.results[ids[0]].tokens, Solo(MakeRequest(prompts[0], 30, Seeded(999))));
+}
+
+// A long prompt arriving while streams decode is prefilled in chunks: the streams keep
+// getting a token every step.
+TEST(Engine, LongPromptIsChunkedWhileOthersDecode) {
+  EngineOptions o;
+  o.max_batch_tokens = 32;
+  auto e = Engine::Create(Tiny(), &TinyTokenizer(), o);
+  ASSERT_TRUE(e.ok());
+  const auto prompts = Prompts(4, 3);
+  std::vector<int64_t> tokens_seen(4, 0);
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 4; ++i) {
+    Request r = MakeRequest(prompts[i], 200, Greedy());
+    r.on_token = [&tokens_seen, i](int32_t) { ++tokens_seen[i]; };
+    ids.push_back(*(*e)->Submit(std::move(r)));
+  }
+  for (int s = 0; s < 30; ++s) (*e)->Step();
+  for (int i = 0; i < 4; ++i) ASSERT_GT(tokens_seen[i], 0) << "stream " << i << " is not decoding yet";
+  std::vector<int32_t> long_prompt(600, 0);
+  for (size_t i = 0; i < long_prompt.size(); ++i) long_prompt[i] = static_cast<int32_t>(i * 7 % 8000);
+  ASSERT_TRUE((*e)->Submit(MakeRequest(long_prompt, 4, Greedy())).ok());
+  // 600 tokens at 32 - 4 per step take ~22 steps; every decoding stream gains one token per step.
+  for (int s = 0; s < 10; ++s) {
+    const auto before = tokens_seen;
+    (*e)->Step();
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(tokens_seen[i], before[i] + 1) << "stream " << i << " step " << s;
+  }
+  for (uint64_t id : ids) (*e)->Cancel(id);
+  while ((*e)->Step()) {
+  }
+}
+
+TEST(Engine, PrefixCacheSharesFullBlocksAcrossRequests) {
+  auto e = Engine::Create(Tiny(), &TinyTokenizer(), {});
+  ASSERT_TRUE(e.ok());
+  std::vector<int32_t> system(100);
+  for (size_t i = 0; i < system.size(); ++i) system[i] = static_cast<int32_t>(50 + i * 13 % 7000);
+  auto first = (*e)->Generate(MakeRequest(system, 8, Greedy()));
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->stats.reused_tokens, 0);
+  // A second request that starts with the same 100 tokens: 6 full blocks of 16 reused.
+  std::vector<int32_t> second = system;
+  for (int t : {5, 6, 7, 8, 9}) second.push_back(t);
+  auto r2 = (*e)->Generate(MakeRequest(second, 8, Greedy()));
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(r2->stats.reused_tokens, 96);
+  EXPECT_EQ(r2->stats.prefill_tokens, 105 - 96);
+  EXPECT_EQ(r2->tokens, Solo(MakeRequest(second, 8, Greedy())));
+  // The first request's generated tokens are cached too: its prompt + 7 of its 8 ids
+  // (107 positions) = 6 full blocks; a prompt equal to it reuses them all.
+  std::vector<int32_t> third = system;
+  third.insert(third.end(), first->tokens.begin(), first->tokens.end());
+  auto r3 = (*e)->Generate(MakeRequest(third, 4, Greedy()));
+  ASSERT_TRUE(r3.ok());
+  EXPECT_EQ(r3->stats.reused_tokens, 96);
+  // A prompt that differs in its first token shares nothing.
+  std::vector<int32_t> other = second;
+  other[0] += 1;
+  auto r4 = (*e)->Generate(MakeRequest(other, 4, Greedy()));
+  ASSERT_TRUE(r4.ok());
+  EXPECT_EQ(r4->stats.reused_tokens, 0);
+  const EngineStats st = (*e)->stats();
+  EXPECT_EQ(st.kv_blocks_used, 0);
+  EXPECT_GT(st.kv_blocks_cached, 0);
+  EXPECT_GT(st.prefix_hits, 0);
+  EXPECT_EQ(st.cached_prompt_tokens, 96 + 96);
+}
+
+// Exact prompt boundary: a prompt of exactly whole blocks, all cached, still runs its
+// last token (writing into a copy of the cached block, which stays intact).
+TEST(Engine, WholeBlockPromptReusesAllButTheLastToken) {
+  auto e = Engine::Create(Tiny(), &TinyTokenizer(), {});
+  ASSERT_TRUE(e.ok());
+  std::vector<int32_t> p(64);
+  for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<int32_t>(300 + i);
+  auto a = (*e)->Generate(MakeRequest(p, 6, Greedy()));
+  auto b = (*e)->Generate(MakeRequest(p, 6, Greedy()));
+  auto c = (*e)->Generate(MakeRequest(p, 6, Greedy()));
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(b->stats.reused_tokens, 63);
+  EXPECT_EQ(c->stats.reused_tokens, 63);
+  EXPECT_EQ(a->tokens, b->tokens);
+  EXPECT_EQ(a->tokens, c->tokens);
+}
+
+// A pool of 8 blocks (128 tokens) for 12 requests needing up to ~140 tokens each: they
+// queue, get preempted and recomputed; every one ends with its tokens or a clear
+// reason, outputs of the completed ones equal their solo runs, and no block leaks.
+TEST(Engine, TinyPoolManyRequestsAllEndNoLeaks) {
+  EngineOptions o;
+  o.kv_tokens = 128;
+  o.max_batch_tokens = 48;
+  auto e = Engine::Create(Tiny(), &TinyTokenizer(), o);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ((*e)->pool().max_blocks(), 8);
+  const auto prompts = Prompts(12, 4);
+  std::vector<Request> reqs;
+  for (int i = 0; i < 12; ++i) reqs.push_back(MakeRequest(prompts[i], 10 + 5 * i, Greedy()));
+  Collected c;
+  std::vector<uint64_t> ids;
+  RunAll(**e, reqs, c, ids);
+  int completed = 0, full = 0;
+  for (int i = 0; i < 12; ++i) {
+    const GenerationResult& r = c.results[ids[i]];
+    ASSERT_TRUE(c.errors.count(ids[i])) << "request " << i << " never ended";
+    EXPECT_TRUE(c.errors[ids[i]].ok());
+    if (r.stop_reason == StopReason::kMaxTokens) {
+      ++completed;
+      EXPECT_EQ(r.tokens, Solo(reqs[i], o)) << "request " << i;
+    } else {
+      // Only a request whose prompt + output outgrows the whole pool may end this way.
+      EXPECT_EQ(r.stop_reason, StopReason::kCacheFull) << "request " << i;
+      EXPECT_GT(prompts[i].size() + reqs[i].options.max_new_tokens, 128u - 16);
+      ++full;
+    }
+  }
+  EXPECT_GT(completed, 6);
+  const EngineStats st = (*e)->stats();
+  EXPECT_GT(st.preemptions, 0);
+  EXPECT_EQ(st.kv_blocks_used, 0);
+  EXPECT_EQ((*e)->pool().blocks_in_use(), 0);
+  EXPECT_LE((*e)->pool().blocks_allocated(), 8);
+  EXPECT_EQ(st.running, 0);
+  EXPECT_EQ(st.waiting, 0);
+}
+
+TEST(Engine, PromptLargerThanThePoolAndFullQueueAreRefused) {
+  EngineOptions o;
+  o.kv_tokens = 32;
+  o.max_queue = 2;
+  auto e = Engine::Create(Tiny(), &TinyTokenizer(), o);
+  ASSERT_TRUE(e.ok());
+  auto big = (*e)->Submit(MakeRequest(std::vector<int32_t>(40, 5), 4, Greedy()));
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("whole KV cache"), std::string::npos) << big.status().message();
+  ASSERT_TRUE((*e)->Submit(MakeRequest({1, 2, 3}, 4, Greedy())).ok());
+  ASSERT_TRUE((*e)->Submit(MakeRequest({1, 2, 3}, 4, Greedy())).ok());
+  auto third = (*e)->Submit(MakeRequest({1, 2, 3}, 4, Greedy()));
+  ASSERT_FALSE(third.ok());
+  EXPECT_NE(third.status().message().find("busy"), std::string::npos) << third.status().message();
+  EXPECT_EQ((*e)->stats().requests_refused, 2);
+  while ((*e)->Step()) {
+  }
+  EXPECT_TRUE((*e)->Submit(MakeRequest({1, 2, 3}, 4, Greedy())).ok());  // room again
+  auto bad = (*e)->Submit(MakeRequest({1, 999999}, 4, Greedy()));
+  EXPECT_FALSE(bad.ok());
+  EngineOptions zero;
+  zero.kv_memory_gib = 1e-9;
+  EXPECT_FALSE(Engine::Create(Tiny(), nullptr, zero).ok());
+  zero = {};
+  zero.max_batch_tokens = 0;
+  EXPECT_FALSE(Engine::Create(Tiny(), nullptr, zero).ok());
+}
+
+TEST(Engine, CancelFreesBlocksWithinOneStep) {
+  auto e = Engine::Create(Tiny(), &TinyTokenizer(), {});
+  ASSERT_TRUE(e.ok());
+  bool done = false;
+  StopReason reason = StopReason::kEos;
+  Request r = MakeRequest(Prompts(1, 5)[0], 1000, Greedy());
+  r.on_done = [&](const Status&, GenerationResult& res) {
+    done = true;
+    reason = res.stop_reason;
+  };
+  auto id = (*e)->Submit(std::move(r));
+  ASSERT_TRUE(id.ok());
+  for (int i = 0; i < 5; ++i) (*e)->Step();
+  EXPECT_GT((*e)->pool().blocks_in_use(), 0);
+  (*e)->Cancel(*id);
+  (*e)->Step();
+  EXPECT_TRUE(done);
+  EXPECT_EQ(reason, StopReason::kCancelled);
+  EXPECT_EQ((*e)->pool().blocks_in_use(), 0);
+  EXPECT_FALSE((*e)->Step());
+}
+
+// A model whose lm_head row 0 is NaN: every logit row has a NaN, and the request ends
+// with an error naming the position instead of sampling token 0.
+TEST(Engine, NonFiniteLogitsEndTheRequestWithAnError) {
+  namespace fs = std::filesystem;
+  const std::string dir = m2::testing::MakeTestModel("engine_nan");
+  const std::string st = dir + "/model.safetensors";
+  std::fstream f(st, std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t header_len = 0;
+  f.read(reinterpret_cast<char*>(&header_len), 8);
+  std::string header(header_len, '\0');
+  f.read(header.data(), static_cast<std::streamsize>(header_len));
+  auto h = nlohmann::json::parse(header);
+  ASSERT_TRUE(h.contains("lm_head.weight"));
+  ASSERT_EQ(h["lm_head.weight"]["dtype"], "F32");
+  const uint64_t begin = h["lm_head.weight"]["data_offsets"][0];
+  const float nan = std::nanf("");
+  f.seekp(static_cast<std::streamoff>(8 + header_len + begin));
+  for (int i = 0; i < 8; ++i) f.write(reinterpret_cast<const char*>(&nan), 4);
+  f.close();
+  auto m = Model::Load(dir, {.progress = false});
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  auto e = Engine::Create(**m, nullptr, {});
+  ASSERT_TRUE(e.ok());
+  auto r = (*e)->Generate(MakeRequest({1, 2, 3}, 4, Greedy()));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("non-finite logit"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("position 2"), std::string::npos) << r.status().message();
+  EXPECT_EQ((*e)->pool().blocks_in_use(), 0);
+}
+
+// The engine's own loop thread, fed by four submitting threads; results equal solo runs.
+TEST(Engine, LoopThreadServesRequestsFromManyThreads) {
+  auto e = Engine::Create(Tiny(), &TinyTokenizer(), {});
+  ASSERT_TRUE(e.ok());
+  (*e)->Start();
+  const auto prompts = Prompts(8, 6);
+  Collected c;
+  std::vector<std::thread> threads;
+  std::vector<uint64_t> ids(8);
+  std::vector<std::string> texts(8);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = t; i < 8; i += 4) {
+        Request r = MakeRequest(prompts[i], 12, Greedy());
+        r.on_text = [&texts, i](std::string_view s) { texts[i] += s; };
+        auto slot = std::make_shared<uint64_t>(0);
+        r.on_done = [&c, slot](const Status& st, GenerationResult& res) {
+          std::lock_guard<std::mutex> lock(c.mu);
+          c.results[*slot] = res;
+          c.errors[*slot] = st;
+        };
+        // The id is known only after Submit returns; the result is looked up afterwards.
+        std::lock_guard<std::mutex> lock(c.mu);
+        auto id = (*e)->Submit(std::move(r));
+        ASSERT_TRUE(id.ok());
+        *slot = *id;
+        ids[i] = *id;
+      }
+    });
+  for (auto& th : threads) th.join();
+  (*e)->WaitIdle();
+  (*e)->Stop();
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(c.results.count(ids[i]));
+    EXPECT_EQ(c.results[ids[i]].tokens, Solo(MakeRequest(prompts[i], 12, Greedy()))) << i;
+    EXPECT_EQ(c.results[ids[i]].text, texts[i]);
+  }
+}
+
+}  // namespace
+}  // namespace m2::runtime
