@@ -5,6 +5,8 @@ set -euo pipefail
 pkgs=(
   cmake ninja-build g++ pkg-config          # build
   nlohmann-json3-dev libfmt-dev libcli11-dev libpcre2-dev libicu-dev   # libraries
+  libcpp-httplib-dev                        # m2 serve (HTTP/1.1)
+  python3-venv                              # the server tests drive it with the openai / anthropic SDKs
   libgtest-dev libgmock-dev                 # tests
   clang libclang-rt-14-dev                  # libFuzzer + sanitizer runtimes for scripts/fuzz.sh
 )

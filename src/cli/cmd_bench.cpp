@@ -223,16 +223,18 @@ int Run(const BenchOptions& o) {
               IsaName(ActiveIsa()), threads, bandwidth / 1e9, peak / 1e9);
   std::printf("  (the higher of two measurements: before the timings %.1f GB/s, %.1f GFLOP/s; after %.1f GB/s, %.1f GFLOP/s)\n",
               bandwidth_before / 1e9, peak_before / 1e9, bandwidth_after / 1e9, peak_after / 1e9);
-  std::printf("\n%-10s %12s %14s %12s\n", "prefill", "tokens/s", "GFLOP/s", "of peak");
+  if (!prefill_rows.empty()) std::printf("\n%-10s %12s %14s %12s\n", "prefill", "tokens/s", "GFLOP/s", "of peak");
   for (const auto& r : prefill_rows)
     std::printf("%-10lld %12.1f %14.1f %11.1f%%\n", (long long)r["tokens"].get<int64_t>(), r["tokens_per_s"].get<double>(),
                 r["flops"].get<double>() / r["seconds"].get<double>() / 1e9, 100 * r["compute_utilization"].get<double>());
-  std::printf("\n%-10s %12s %14s %14s %12s\n", "context", "tokens/s", "weights MB/tok", "KV MB/tok", "of bandwidth");
+  if (!decode_rows.empty())
+    std::printf("\n%-10s %12s %14s %14s %12s\n", "context", "tokens/s", "weights MB/tok", "KV MB/tok", "of bandwidth");
   for (const auto& r : decode_rows)
     std::printf("%-10lld %12.2f %14.1f %14.1f %11.1f%%\n", (long long)r["context"].get<int64_t>(),
                 r["tokens_per_s"].get<double>(), r["weight_bytes_per_token"].get<double>() / 1e6,
                 r["kv_bytes_per_token"].get<double>() / 1e6, 100 * r["bandwidth_utilization"].get<double>());
-  std::printf("\nmemory: peak RSS %.2f GiB; weights file %.2f GiB + KV pool %.2f GiB; peak is %+.1f%% of those\n",
+  if (!o.serving_only)
+    std::printf("\nmemory: peak RSS %.2f GiB; weights file %.2f GiB + KV pool %.2f GiB; peak is %+.1f%% of those\n",
               peak_rss / double(1ull << 30), file_bytes / double(1ull << 30), kv_pool_bytes / double(1ull << 30),
               100.0 * (peak_rss / (file_bytes + kv_pool_bytes) - 1.0));
   if (!scaling.is_null())

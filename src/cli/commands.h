@@ -24,6 +24,7 @@ void AddChatTools(CLI::App& app, Runner& run);   // render + parse (cmd_chat_too
 void AddBench(CLI::App& app, Runner& run);
 void AddMakeBenchModel(CLI::App& app, Runner& run);
 void AddQuantize(CLI::App& app, Runner& run);
+void AddServe(CLI::App& app, Runner& run);       // cmd_serve.cpp
 
 // "1,2,3" or "1 2 3" -> ids; an error names the bad item.
 Result<std::vector<int32_t>> ParseIdList(const std::string& text);

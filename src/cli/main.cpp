@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   m2::cli::AddBench(app, run);
   m2::cli::AddMakeBenchModel(app, run);
   m2::cli::AddQuantize(app, run);
+  m2::cli::AddServe(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

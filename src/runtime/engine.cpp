@@ -18,6 +18,27 @@ double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::d
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
+TokenLogprobs ComputeLogprobs(const float* logits, int64_t V, int32_t token, int top) {
+  double m = -INFINITY;
+  for (int64_t i = 0; i < V; ++i) m = std::max<double>(m, logits[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < V; ++i) sum += std::exp(static_cast<double>(logits[i]) - m);
+  const double lse = m + std::log(sum);
+  TokenLogprobs out;
+  out.token = token;
+  out.logprob = static_cast<float>(logits[token] - lse);
+  if (top > 0) {
+    std::vector<int32_t> idx(static_cast<size_t>(V));
+    for (int64_t i = 0; i < V; ++i) idx[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+    const auto k = static_cast<size_t>(std::min<int64_t>(top, V));
+    std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(), [&](int32_t a, int32_t b) {
+      return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+    });
+    for (size_t i = 0; i < k; ++i) out.top.emplace_back(idx[i], static_cast<float>(logits[idx[i]] - lse));
+  }
+  return out;
+}
+
 }  // namespace
 
 struct Engine::Seq {
@@ -171,6 +192,12 @@ Result<uint64_t> Engine::Submit(Request request) {
 void Engine::Cancel(uint64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   cancel_.insert(id);
+  cv_.notify_all();
+}
+
+void Engine::CancelAll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancel_all_ = true;
   cv_.notify_all();
 }
 
@@ -334,6 +361,7 @@ void Engine::AfterForward(Seq& s, int64_t ran, const float* logits) {
   }
   (void)ran;
   const int32_t next = s.sampler->Sample(std::span<const float>(logits, static_cast<size_t>(V)), s.ids);
+  if (s.req.top_logprobs >= 0 && s.req.on_logprobs) s.req.on_logprobs(ComputeLogprobs(logits, V, next, s.req.top_logprobs));
   EmitToken(s, next);
 }
 
@@ -351,6 +379,7 @@ int64_t Engine::FitTokens(const Seq& s, int64_t n, int64_t free_blocks) const {
 
 bool Engine::Step() {
   std::unordered_set<uint64_t> cancel;
+  bool all = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     while (!incoming_.empty()) {
@@ -358,9 +387,11 @@ bool Engine::Step() {
       incoming_.pop_front();
     }
     cancel.swap(cancel_);
+    all = cancel_all_;
+    cancel_all_ = false;
   }
   auto cancelled = [&](const Seq& s) {
-    return cancel.count(s.id) != 0 || (s.req.options.cancel != nullptr && s.req.options.cancel->load());
+    return all || cancel.count(s.id) != 0 || (s.req.options.cancel != nullptr && s.req.options.cancel->load());
   };
   for (auto& s : running_)
     if (cancelled(*s)) Finish(*s, StopReason::kCancelled);
@@ -542,7 +573,8 @@ void Engine::Loop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] {
-        return stop_ || !incoming_.empty() || !cancel_.empty() || !waiting_.empty() || !running_.empty();
+        return stop_ || cancel_all_ || !incoming_.empty() || !cancel_.empty() || !waiting_.empty() ||
+               !running_.empty();
       });
       if (stop_) return;
     }

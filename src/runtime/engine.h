@@ -96,6 +96,16 @@ class KvSession {
 
 using DoneCallback = std::function<void(const Status& error, GenerationResult& result)>;
 
+// Log-probabilities of a sampled token under the model (log-softmax of the raw logits,
+// before any penalty or temperature, as OpenAI's and vLLM's logprobs), and the `top`
+// most likely tokens at that position, most likely first.
+struct TokenLogprobs {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
+};
+using LogprobsCallback = std::function<void(const TokenLogprobs&)>;
+
 struct Request {
   std::vector<int32_t> prompt;  // at least one id
   SamplingParams sampling;
@@ -106,6 +116,10 @@ struct Request {
   GenerateOptions options;
   KvSession* session = nullptr;
   TokenCallback on_token;  // each generated id, eos included
+  // >= 0: on_logprobs gets each generated id's logprob and this many alternatives
+  // (called just before on_token).
+  int top_logprobs = -1;
+  LogprobsCallback on_logprobs;
   TextCallback on_text;    // final text pieces (needs the engine's tokenizer)
   // Exactly once, when the request ends: error is not ok when it failed (a non-finite
   // logit, a failed forward pass); result holds what was generated either way.
@@ -138,6 +152,8 @@ class Engine {
   Result<uint64_t> Submit(Request request);
   // Ends a request within one step (its blocks freed); unknown ids are ignored. Thread-safe.
   void Cancel(uint64_t id);
+  // Ends every request (running, waiting or just submitted) as cancelled. Thread-safe.
+  void CancelAll();
 
   // Runs the scheduling loop on a thread of the engine's own until Stop / destruction.
   void Start();
@@ -184,6 +200,7 @@ class Engine {
   std::condition_variable cv_, idle_cv_;
   std::deque<std::unique_ptr<Seq>> incoming_;
   std::unordered_set<uint64_t> cancel_;
+  bool cancel_all_ = false;
   uint64_t next_id_ = 1;
   bool stop_ = false;
   EngineStats shared_stats_;
