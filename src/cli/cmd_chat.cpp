@@ -22,10 +22,10 @@
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
 #include "cli/sampling_flags.h"
+#include "cli/shell_tools.h"
 #include "model/model.h"
 #include "runtime/chat_session.h"
 #include "runtime/generator.h"
-#include "runtime/shell_tools.h"
 #include "text/tokenizer.h"
 
 namespace m2::cli {

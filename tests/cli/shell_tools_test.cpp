@@ -1,7 +1,7 @@
 // Shell-command tools: the tools file, running commands with the arguments on standard
 // input, and every way a command can fail. Also a chat turn whose tool call runs a real
 // command.
-#include "runtime/shell_tools.h"
+#include "cli/shell_tools.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "runtime/chat_session.h"
-#include "test_model.h"
+#include "../runtime/test_model.h"
 
 namespace m2::runtime {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/shell_tools.h"
+#include "cli/shell_tools.h"
 
 #include <fcntl.h>
 #include <poll.h>
