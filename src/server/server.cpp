@@ -279,25 +279,15 @@ struct Server::Impl {
     return ids;
   }
 
-  bool CheckModel(const httplib::Request& req, httplib::Response& res, const std::string& endpoint,
-                  const std::string& requested) {
-    // Clients often send a name of their own (or the upstream model's): accept any, as
-    // vLLM does for its served name only when it matches; an unknown name is refused.
-    if (requested.empty() || requested == model_name) return true;
-    Count(endpoint, 404);
-    SendError(req, res, 404,
-              fmt::format("The model '{}' does not exist: this server serves '{}' (set --served-model-name to change it)",
-                          requested, model_name));
-    return false;
-  }
-
   void Chat(const httplib::Request& req, httplib::Response& res, Api api) {
     const std::string endpoint = api == Api::kAnthropic ? "/v1/messages" : "/v1/chat/completions";
     auto body = chat::ParseOrderedJson(req.body, "the request body");
     if (!body.ok()) return Count(endpoint, 400), SendError(req, res, 400, body.status().message());
     auto job = api == Api::kAnthropic ? ParseAnthropicMessages(*body, o.defaults) : ParseOpenAIChat(*body, o.defaults);
     if (!job.ok()) return Count(endpoint, 400), SendError(req, res, 400, job.status().message());
-    if (!CheckModel(req, res, endpoint, job->model)) return;
+    // Any model name is accepted, as llama.cpp's server does: agents send names of their
+    // own (Claude Code asks for its "small fast model" by a name of its choosing), and a
+    // 404 there breaks them. Responses carry the served name.
     std::string forced;
     auto prompt = RenderJobPrompt(*job, &forced);
     if (!prompt.ok()) return Count(endpoint, 400), SendError(req, res, 400, prompt.status().message());
@@ -328,7 +318,6 @@ struct Server::Impl {
     if (!body.ok()) return Count(endpoint, 400), SendError(req, res, 400, body.status().message());
     auto job = ParseOpenAICompletion(*body, o.defaults);
     if (!job.ok()) return Count(endpoint, 400), SendError(req, res, 400, job.status().message());
-    if (!CheckModel(req, res, endpoint, job->model)) return;
     auto ids = Encode(job->prompt);
     if (!ids.ok()) return Count(endpoint, 400), SendError(req, res, 400, ids.status().message());
     ReplyConfig rc;
