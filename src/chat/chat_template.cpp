@@ -79,14 +79,22 @@ std::string ToolResultText(const Json& tr) {
   return PyStr(tr);
 }
 
+// message.content, with a null content read as "" when `null_as_empty`
+// (ChatTemplateOptions::null_content_as_empty).
+const Json* Content(const Json& message, bool null_as_empty) {
+  static const Json kEmpty = "";
+  const Json* content = Attr(message, "content");
+  return content != nullptr && content->is_null() && null_as_empty ? &kEmpty : content;
+}
+
 // Appends one assistant turn. `after_last_user` is the template's
 // `loop.index0 > ns.last_user_index`: reasoning is kept only for the turns after the last
 // user message (interleaved thinking within the current tool-use loop).
-Status RenderAssistant(const Json& message, const std::string& where, bool after_last_user,
-                       bool& has_tool_calls, std::string& out) {
+Status RenderAssistant(const Json& message, const Json* message_content, const std::string& where,
+                       bool after_last_user, bool& has_tool_calls, std::string& out) {
   out += kRoleBegin;
   out += "ai\n";
-  std::string content = VisibleText(Attr(message, "content"));
+  std::string content = VisibleText(message_content);
   std::string reasoning;
   const Json* reasoning_content = Attr(message, "reasoning_content");
   if (reasoning_content != nullptr && reasoning_content->is_string()) {
@@ -156,13 +164,12 @@ Status RenderAssistant(const Json& message, const std::string& where, bool after
 
 // Appends one tool message; `first_of_run` / `last_of_run` say whether it opens / closes a
 // run of consecutive tool messages, which share one "]~b]tool" turn.
-Status RenderTool(const Json& message, const std::string& where, bool first_of_run, bool last_of_run,
+Status RenderTool(const Json* content, const std::string& where, bool first_of_run, bool last_of_run,
                   std::string& out) {
   if (first_of_run) {
     out += kRoleBegin;
     out += "tool";
   }
-  const Json* content = Attr(message, "content");
   if (content != nullptr && content->is_string()) {
     out += "\n<response>" + content->get<std::string>() + "</response>";
   } else if (content != nullptr) {
@@ -239,7 +246,8 @@ Result<std::string> RenderChatTemplate(const Json& messages, const Json& tools, 
   out += kRoleBegin;
   out += "system\n";
   // build_system_message(system_message)
-  const Json* system_content = system ? Attr(*system, "content") : nullptr;
+  const bool null_as_empty = options.null_content_as_empty;
+  const Json* system_content = system ? Content(*system, null_as_empty) : nullptr;
   if (Truthy(system_content)) {
     out += VisibleText(system_content);
   } else {
@@ -293,7 +301,8 @@ Result<std::string> RenderChatTemplate(const Json& messages, const Json& tools, 
     const std::string where = fmt::format("messages[{}]", first + i);
     if (role == "assistant") {
       M2_RETURN_IF_ERROR(
-          RenderAssistant(m, where, static_cast<long>(i) > last_user_index, tool_call_open, out));
+          RenderAssistant(m, Content(m, null_as_empty), where, static_cast<long>(i) > last_user_index,
+                          tool_call_open, out));
     } else if (role == "tool") {
       if (!tool_call_open) {
         return Error(
@@ -303,11 +312,11 @@ Result<std::string> RenderChatTemplate(const Json& messages, const Json& tools, 
       }
       const bool first_of_run = i == 0 || role_of(first + i - 1) != "tool";
       const bool last_of_run = i + 1 == n || role_of(first + i + 1) != "tool";
-      M2_RETURN_IF_ERROR(RenderTool(m, where, first_of_run, last_of_run, out));
+      M2_RETURN_IF_ERROR(RenderTool(Content(m, null_as_empty), where, first_of_run, last_of_run, out));
     } else if (role == "user") {
       out += kRoleBegin;
       out += "user\n";
-      out += VisibleText(Attr(m, "content"));
+      out += VisibleText(Content(m, null_as_empty));
       out += kEndOfTurn;
       out += "\n";
     }
@@ -375,19 +384,6 @@ Result<ChatRequest> ChatRequestFromJson(Json request) {
   }
   M2_RETURN_IF_ERROR(ParseToolCallArguments(out.messages));
   return out;
-}
-
-Result<Json> ParseOrderedJson(std::string_view text, const std::string& what) {
-  Json json;
-  try {
-    json = Json::parse(text);  // nlohmann parses (and destroys) without recursion
-  } catch (const Json::parse_error& e) {
-    return Error("{} is not valid JSON (at byte {}): {}", what, e.byte, e.what());
-  }
-  if (JsonNestingExceeds(json)) {
-    return Error("{}: expected JSON nested at most {} levels deep, found deeper", what, kMaxJsonNesting);
-  }
-  return json;
 }
 
 }  // namespace m2::chat

@@ -19,6 +19,7 @@
 #include <string_view>
 
 #include "base/status.h"
+#include "chat/json_parse.h"
 #include "chat/py_format.h"
 
 namespace m2::chat {
@@ -37,11 +38,19 @@ struct ChatTemplateOptions {
   // already has, even empty, wins.
   std::optional<std::string> current_date;
   std::optional<std::string> current_location;
+  // A message's "content": null renders as "" - what OpenAI clients send on tool-call turns.
+  // jinja2 alone prints str(None), "None" (before the calls of an assistant turn, in a user
+  // turn), and rejects it in a tool message (not iterable); vLLM replaces a null content by
+  // "" (an empty part list) for every role before rendering, and so does this. Same as no
+  // "content" key for assistant and user messages; a tool message gets
+  // "<response></response>". False renders exactly as jinja2 does (to compare with it).
+  bool null_content_as_empty = true;
 };
 
 // Renders the prompt. `messages` must be an array of objects with a string "role"; `tools`
-// is null or an array of {"type": "function", "function": {...}}. Fails, never crashes, on
-// every conversation the template rejects, with the template's meaning:
+// is null or an array of {"type": "function", "function": {...}}. Numbers print as Python
+// prints the json.loads values, integers beyond 64 bits with every digit (py_format.h). Fails,
+// never crashes, on every conversation the template rejects, with the template's meaning:
 //   - a tool message before any assistant message with tool calls (the template's
 //     raise_exception: "Message has tool role, but there was no previous assistant message
 //     with a tool call!");
@@ -60,14 +69,13 @@ Result<std::string> RenderChatTemplate(const Json& messages, const Json& tools,
 Status ParseToolCallArguments(Json& messages);
 
 // An OpenAI chat-completions request: {"messages": [...], "tools": [...]}; other fields are
-// ignored. Tool-call arguments are parsed (ParseToolCallArguments).
+// ignored. Tool-call arguments are parsed (ParseToolCallArguments). Parse the request text
+// with ParseOrderedJson (json_parse.h): it keeps key order and big integers, and makes a
+// number beyond double range an error that names where it is.
 struct ChatRequest {
   Json messages = Json::array();
   Json tools = nullptr;
 };
 Result<ChatRequest> ChatRequestFromJson(Json request);
-
-// Parses JSON text keeping object key order; `what` names the source in errors.
-Result<Json> ParseOrderedJson(std::string_view text, const std::string& what);
 
 }  // namespace m2::chat

@@ -155,7 +155,7 @@ void AppendRepr(const Json& v, std::string& out) {
       out += '}';
       return;
     }
-    case Json::value_t::binary:
+    case Json::value_t::binary: out += IsBigInteger(v) ? BigIntegerText(v) : "None"; return;
     case Json::value_t::discarded: out += "None"; return;  // never produced by parsing
   }
 }
@@ -203,12 +203,26 @@ void AppendJson(const Json& v, std::string& out) {
       out += '}';
       return;
     }
-    case Json::value_t::binary:
+    case Json::value_t::binary: out += IsBigInteger(v) ? BigIntegerText(v) : "null"; return;
     case Json::value_t::discarded: out += "null"; return;
   }
 }
 
 }  // namespace
+
+Json MakeBigInteger(std::string_view text) {
+  return Json::binary(Json::binary_t::container_type(text.begin(), text.end()), kBigIntegerSubtype);
+}
+
+bool IsBigInteger(const Json& value) {
+  return value.is_binary() && value.get_binary().has_subtype() && value.get_binary().subtype() == kBigIntegerSubtype;
+}
+
+std::string BigIntegerText(const Json& value) {
+  if (!IsBigInteger(value)) return "";
+  const auto& bytes = value.get_binary();
+  return std::string(bytes.begin(), bytes.end());
+}
 
 bool PyTruthy(const Json& v) {
   switch (v.type()) {
@@ -220,7 +234,7 @@ bool PyTruthy(const Json& v) {
     case Json::value_t::string: return !v.get_ref<const std::string&>().empty();  // json::empty() is false for strings
     case Json::value_t::array:
     case Json::value_t::object: return !v.empty();
-    case Json::value_t::binary:
+    case Json::value_t::binary: return IsBigInteger(v);  // never 0: it does not fit 64 bits
     case Json::value_t::discarded: return false;
   }
   return false;
@@ -307,6 +321,7 @@ std::string JsonTypeName(const Json& v) {
     case Json::value_t::number_integer:
     case Json::value_t::number_unsigned:
     case Json::value_t::number_float: return "a number";
+    case Json::value_t::binary: return IsBigInteger(v) ? "a number" : "an unknown value";
     case Json::value_t::string: return "a string";
     case Json::value_t::array: return "an array";
     case Json::value_t::object: return "an object";

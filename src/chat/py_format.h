@@ -11,13 +11,29 @@
 // Python dict does (std::map-backed nlohmann::json would sort them and change the bytes).
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
 namespace m2::chat {
 
 using Json = nlohmann::ordered_json;
+
+// Integers beyond 64 bits. json.loads keeps every digit of an integer (a Python int has no
+// size limit) and the printers below write them all back; nlohmann::json would hold one as a
+// double and lose digits. Request JSON parsed by ParseOrderedJson (json_parse.h) holds such
+// an integer as its decimal text in a binary value of subtype kBigIntegerSubtype, which every
+// function here treats as the int it stands for. nlohmann's dump() does not know them (it
+// writes {"bytes": [...], "subtype": ...}): print values that may hold one with PyJsonDumps.
+// The output parser never produces them (tool_schema.h).
+inline constexpr std::uint64_t kBigIntegerSubtype = 0x49;  // 'I'
+// `text`: an optional '-' and decimal digits, as JSON writes an integer.
+Json MakeBigInteger(std::string_view text);
+bool IsBigInteger(const Json& value);
+// The decimal text of a big integer ("" for any other value).
+std::string BigIntegerText(const Json& value);
 
 // Python truthiness of the value json.loads would give.
 bool PyTruthy(const Json& value);

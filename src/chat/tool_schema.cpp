@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 #include <set>
+
+#include "chat/json_parse.h"
 
 namespace m2::chat {
 
@@ -18,6 +21,7 @@ const char* SchemaTypeOf(const Json& value) {
     case Json::value_t::string: return "string";
     case Json::value_t::array: return "array";
     case Json::value_t::object: return "object";
+    case Json::value_t::binary: return IsBigInteger(value) ? "integer" : "";
     default: return "";
   }
 }
@@ -51,9 +55,60 @@ std::string_view TrimJsonSpace(std::string_view s) {
   return s;
 }
 
+bool IsNumber(const Json& value) { return value.is_number() || IsBigInteger(value); }
+
 bool Allows(const std::set<std::string>& types, const Json& value) {
-  if (value.is_number()) return types.count("number") || types.count("integer");
+  if (IsNumber(value)) return types.count("number") || types.count("integer");
   return types.count(SchemaTypeOf(value)) > 0;
+}
+
+// Parsed arguments hold only values nlohmann can print (callers dump them): an integer
+// beyond 64 bits becomes the string of its digits, wherever it is.
+void BigIntegersToStrings(Json& value) {
+  if (IsBigInteger(value)) {
+    value = BigIntegerText(value);
+  } else if (value.is_structured()) {
+    for (Json& item : value) BigIntegersToStrings(item);  // depth is bounded by the parser
+  }
+}
+
+// Number text a reader takes for a number though JSON does not: a '+' sign, leading zeros,
+// a bare fraction (".5") or point ("5."). Returns it in JSON form ("5", "0.5", "5.0"), or
+// nothing when `s` is no number at all (hex, "inf", "1_000", ...).
+std::optional<std::string> LenientNumberAsJson(std::string_view s) {
+  std::string sign;
+  if (!s.empty() && (s[0] == '+' || s[0] == '-')) {
+    if (s[0] == '-') sign = "-";
+    s.remove_prefix(1);
+  }
+  const auto digits = [](std::string_view t) {
+    return t.find_first_not_of("0123456789") == std::string_view::npos;
+  };
+  std::string_view exponent;
+  if (size_t e = s.find_first_of("eE"); e != std::string_view::npos) {
+    exponent = s.substr(e);
+    s = s.substr(0, e);
+    std::string_view exp_digits = exponent.substr(1);
+    if (!exp_digits.empty() && (exp_digits[0] == '+' || exp_digits[0] == '-')) exp_digits.remove_prefix(1);
+    if (exp_digits.empty() || !digits(exp_digits)) return std::nullopt;
+  }
+  std::string_view int_part = s, frac_part;
+  bool has_point = false;
+  if (size_t p = s.find('.'); p != std::string_view::npos) {
+    int_part = s.substr(0, p);
+    frac_part = s.substr(p + 1);
+    has_point = true;
+  }
+  if (!digits(int_part) || !digits(frac_part) || (int_part.empty() && frac_part.empty())) return std::nullopt;
+  while (int_part.size() > 1 && int_part[0] == '0') int_part.remove_prefix(1);
+  std::string out = sign;
+  out += int_part.empty() ? "0" : std::string(int_part);
+  if (has_point) {
+    out += '.';
+    out += frac_part.empty() ? "0" : std::string(frac_part);
+  }
+  out += exponent;
+  return out;
 }
 
 }  // namespace
@@ -106,18 +161,28 @@ Json ConvertParameterValue(std::string_view raw, const Json* schema) {
   if (text == "null") return nullptr;
   std::set<std::string> types;
   if (schema != nullptr) CollectTypes(*schema, types, 0);
-  types.erase("string");
+  const bool string_allowed = types.erase("string") > 0;
   types.erase("null");
-  if (!types.empty()) {
-    Json parsed = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-    // Absurdly deep values stay text: copying a Json recurses.
-    if (!parsed.is_discarded() && Allows(types, parsed) && !JsonNestingExceeds(parsed)) return parsed;
-    if (types.count("boolean")) {
-      std::string lower(text);
-      std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-      if (lower == "true") return true;
-      if (lower == "false") return false;
+  if (types.empty()) return std::string(raw);
+  // Absurdly deep values, and numbers beyond a double, do not parse and stay text.
+  if (auto parsed = ParseOrderedJson(text, "value"); parsed.ok() && Allows(types, *parsed)) {
+    BigIntegersToStrings(*parsed);
+    return std::move(*parsed);
+  }
+  const bool numeric = types.count("number") || types.count("integer");
+  if (numeric && !string_allowed) {
+    if (std::optional<std::string> json = LenientNumberAsJson(text)) {
+      if (auto number = ParseOrderedJson(*json, "value"); number.ok() && IsNumber(*number)) {
+        BigIntegersToStrings(*number);
+        return std::move(*number);
+      }
     }
+  }
+  if (types.count("boolean")) {
+    std::string lower(text);
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (lower == "true" || (lower == "1" && !string_allowed)) return true;
+    if (lower == "false" || (lower == "0" && !string_allowed)) return false;
   }
   return std::string(raw);
 }

@@ -37,10 +37,20 @@ class ToolSet {
 // Types one raw parameter value by its schema (nullptr: none declared).
 //  - "null" (surrounding whitespace aside) -> null, whatever the schema (tojson's null);
 //  - a schema allowing integer / number / boolean / object / array: the value parsed as
-//    JSON when it parses to one of the allowed types ("true"/"false" in any letter case for
-//    booleans);
+//    JSON (json_parse.h) when it parses to one of the allowed types ("true"/"false" in any
+//    letter case for booleans);
+//  - what the schema clearly means, when it does not also allow a string: for number and
+//    integer, number text JSON does not allow - "+5" -> 5, "007" -> 7, ".5" -> 0.5,
+//    "5." -> 5.0 (not hex, "inf", "1_000"); for boolean, "1" / "0" -> true / false. (With a
+//    string allowed, "007" may well be meant as text, and stays text.);
 //  - otherwise, and always for strings, the raw text unchanged (no trimming: the template
 //    writes strings byte for byte, so this keeps render -> parse a round trip).
+// Numbers: a number beyond the range of a double ("1e400") is no number - the value stays
+// the raw text, as any text that does not parse does (inf never reaches the arguments). An
+// integer beyond 64 bits keeps every digit as a string ("123456789012345678901234567890"),
+// also inside objects and arrays: arguments hold only values nlohmann can print (callers
+// dump them), and the template writes a string argument raw, so re-rendering the call gives
+// back the digits the model wrote.
 // "type" may be a string or a list; "enum"/"const" values, "anyOf"/"oneOf"/"allOf"
 // contribute their types; a schema with no type information keeps the raw string.
 Json ConvertParameterValue(std::string_view raw, const Json* schema);

@@ -1,5 +1,6 @@
 // m2 render: an OpenAI chat request (messages, tools) -> the exact prompt text, rendered
-//   natively as the official chat template does (chat/chat_template.h).
+//   natively as the official chat template does, content null as vLLM renders it
+//   (chat/chat_template.h). A number beyond double range in the request is an error.
 // m2 parse: model output text on stdin -> JSON with reasoning, content and tool calls, as
 //   the streaming output parser reports them (chat/output_parser.h).
 #include <cstdio>

@@ -26,7 +26,7 @@ const char kTools[] = R"([
    "query": {"type": "string"}, "limit": {"type": "integer"}, "exact": {"type": "boolean"},
    "ratio": {"type": "number"}, "filters": {"type": "object"}, "tags": {"type": "array"},
    "score": {"anyOf": [{"type": "number"}, {"type": "null"}]}, "env": {"type": ["object", "null"]},
-   "mode": {"enum": [1, 2, "auto"]}}}}},
+   "mode": {"enum": [1, 2, "auto"]}, "zip": {"type": ["string", "integer"]}, "opt": {"type": ["boolean", "string"]}}}}},
  {"type": "function", "function": {"name": "run_code", "parameters": {"type": "object", "properties": {
    "code": {"type": "string"}}}}},
  {"name": "flat_tool", "parameters": {"properties": {"n": {"type": "number"}}}}
@@ -133,8 +133,10 @@ std::vector<Case> Cases() {
        "[]"},
       {"stray_text_in_block", "R</think>\n\n<minimax:tool_call>\nhello\n" + weather + "</minimax:tool_call>", "R",
        "<minimax:tool_call>\nhello\n" + weather + "</minimax:tool_call>", "[]"},
+      // Stray text after an invoke is content and the block goes on: its closing tag is
+      // format, not content.
       {"stray_text_after_a_call", "R</think>\n\n<minimax:tool_call>\n" + weather + "oops</minimax:tool_call>", "R",
-       "oops</minimax:tool_call>", weather_call},
+       "oops", weather_call},
       {"unquoted_invoke_name", "R</think>\n\n<minimax:tool_call>\n<invoke name=get_weather>\n</invoke>\n</minimax:tool_call>",
        "R", "<minimax:tool_call>\n<invoke name=get_weather>\n</invoke>\n</minimax:tool_call>", "[]"},
       {"empty_invoke_name", "R</think>" + Block("<invoke name=\"\">\n</invoke>\n"), "R",
@@ -163,6 +165,120 @@ std::vector<Case> Cases() {
       {"no_prefix_tool_call", "Sure.\n" + Block(weather), "", "Sure.", weather_call, false},
       {"no_tools_any_name_strings", "R</think>" + Block(Invoke("anything", Param("n", "5") + Param("z", "null"))), "R", "",
        R"([{"name": "anything", "arguments": {"n": "5", "z": null}}])", true, false},
+
+      // Malformed calls (output_parser.h): what is recovered.
+      {"missing_invoke_close_at_block_end",
+       "R</think>\n\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n" + Param("location", "Paris") +
+           Param("days", "3") + "</minimax:tool_call>\nDone.",
+       "R", "Done.", weather_call},
+      {"missing_invoke_close_before_next_invoke",
+       "R</think>\n\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n" + Param("location", "Paris") +
+           Param("days", "3") + Invoke("run_code", Param("code", "x")) + "</minimax:tool_call>",
+       "R", "",
+       R"([{"name": "get_weather", "arguments": {"location": "Paris", "days": 3}},
+           {"name": "run_code", "arguments": {"code": "x"}}])"},
+      {"stray_text_between_invokes",
+       "R</think>\n\nA\n<minimax:tool_call>\n" + weather + "and then\n" + Invoke("run_code", Param("code", "x")) +
+           "</minimax:tool_call>",
+       "R", "A\nand then",
+       R"([{"name": "get_weather", "arguments": {"location": "Paris", "days": 3}},
+           {"name": "run_code", "arguments": {"code": "x"}}])"},
+      {"stray_text_between_parameters",
+       "R</think>\n\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n" + Param("location", "Paris") +
+           "note: metric\n" + Param("days", "3") + "</invoke>\n</minimax:tool_call>",
+       "R", "note: metric", weather_call},
+      {"stray_text_in_unknown_invoke_stays_in_it", "R</think>\n\n" + Block(weather + Invoke("nope", "x\n")), "R",
+       "<invoke name=\"nope\">\nx\n</invoke>", weather_call},
+      {"stray_closing_tags_after_call",
+       "R</think>\n\n<minimax:tool_call>\n" + weather + "</invoke>\n</parameter>\n</minimax:tool_call>", "R",
+       "</invoke>\n</parameter>", weather_call},
+      {"spaces_around_names",
+       "R</think>" + Block("<invoke name=\" get_weather \">\n<parameter name=\" days \">3</parameter>\n"
+                           "<parameter name=\"\tlocation\">Oslo</parameter>\n</invoke>\n"),
+       "R", "", R"([{"name": "get_weather", "arguments": {"days": 3, "location": "Oslo"}}])"},
+      {"parameter_opened_before_previous_closed",
+       "R</think>" + Block("<invoke name=\"get_weather\">\n<parameter name=\"location\">Paris\r\n"
+                           "<parameter name=\"days\">3<parameter name=\"unit\">celsius</parameter>\n</invoke>\n"),
+       "R", "", R"([{"name": "get_weather", "arguments": {"location": "Paris", "days": 3, "unit": "celsius"}}])"},
+      {"undeclared_parameter_tag_in_value_is_text",
+       "R</think>" + Block(Invoke("run_code", Param("code", "a <parameter name=\"other\">b"))), "R", "",
+       R"([{"name": "run_code", "arguments": {"code": "a <parameter name=\"other\">b"}}])"},
+      {"same_parameter_tag_in_value_is_text",
+       "R</think>" + Block(Invoke("run_code", Param("code", "x<parameter name=\"code\">y"))), "R", "",
+       R"([{"name": "run_code", "arguments": {"code": "x<parameter name=\"code\">y"}}])"},
+      {"no_schema_parameter_tag_in_value_is_text",
+       "R</think>" + Block(Invoke("f", "<parameter name=\"a\">1\n" + Param("b", "2"))), "R", "",
+       R"([{"name": "f", "arguments": {"a": "1\n<parameter name=\"b\">2"}}])", true, false},
+
+      // Malformed calls: what never runs.
+      {"missing_invoke_close_truncated",
+       "R</think>\n\nA\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n" + Param("location", "Paris"), "R",
+       "A\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"location\">Paris</parameter>", "[]"},
+      {"unclosed_invoke_then_truncated_block",
+       "R</think>\n\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n" + Param("location", "Paris") +
+           Invoke("run_code", Param("code", "x")),
+       "R", "<invoke name=\"get_weather\">\n<parameter name=\"location\">Paris</parameter>",
+       R"([{"name": "run_code", "arguments": {"code": "x"}}])"},
+      {"truncated_inside_value",
+       "R</think>\n\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"location\">Par", "R",
+       "<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"location\">Par", "[]"},
+      {"broken_parameter_tag_stops_the_block",
+       "R</think>\n\n<minimax:tool_call>\n" + weather +
+           "<invoke name=\"run_code\">\n<parameter name=code>x</parameter>\n</invoke>\n</minimax:tool_call>",
+       "R", "<invoke name=\"run_code\">\n<parameter name=code>x</parameter>\n</invoke>\n</minimax:tool_call>",
+       weather_call},
+      {"broken_invoke_tag_after_call",
+       "R</think>\n\n<minimax:tool_call>\n" + weather + "<invoke name=run_code>\n</invoke>\n</minimax:tool_call>", "R",
+       "<invoke name=run_code>\n</invoke>\n</minimax:tool_call>", weather_call},
+      {"tool_call_in_truncated_reasoning_stays_reasoning", "Let me call\n" + Block(weather),
+       "Let me call\n" + Block(weather), "", "[]"},
+      {"think_span_in_content_is_not_run", "R</think>\n\nA <think>draft " + Block(weather) + " </think> B", "R",
+       "A <think>draft " + Block(weather) + " </think> B", "[]"},
+      {"think_span_unclosed_in_content", "R</think>\n\nA\n<think>\n" + Block(weather), "R",
+       "A\n<think>\n" + Block(weather), "[]"},
+      {"call_after_think_span_runs", "R</think>\n\nA <think>x</think>\n" + Block(weather), "R", "A <think>x</think>",
+       weather_call},
+      {"no_prefix_call_in_leading_think", "<think>\nplan " + Block(weather) + "\n</think>\n\nok", "plan " + Block(weather),
+       "ok", "[]", false},
+
+      // Values typed by what the schema clearly means.
+      {"lenient_numbers",
+       "R</think>" + Block(Invoke("search", Param("limit", "+5") + Param("ratio", ".5") + Param("score", "-.25e1")) +
+                           Invoke("get_weather", Param("days", "007")) + Invoke("flat_tool", Param("n", "5."))),
+       "R", "",
+       R"([{"name": "search", "arguments": {"limit": 5, "ratio": 0.5, "score": -2.5}},
+           {"name": "get_weather", "arguments": {"days": 7}}, {"name": "flat_tool", "arguments": {"n": 5.0}}])"},
+      {"lenient_numbers_not_when_string_allowed",
+       "R</think>" + Block(Invoke("search", Param("zip", "007") + Param("mode", "+1"))), "R", "",
+       R"([{"name": "search", "arguments": {"zip": "007", "mode": "+1"}}])"},
+      {"boolean_digits_and_words",
+       "R</think>" + Block(Invoke("search", Param("exact", "1") + Param("opt", "1")) +
+                           Invoke("search", Param("exact", " 0 ")) + Invoke("search", Param("exact", "TRUE")) +
+                           Invoke("search", Param("exact", "yes"))),
+       "R", "",
+       R"([{"name": "search", "arguments": {"exact": true, "opt": "1"}}, {"name": "search", "arguments": {"exact": false}},
+           {"name": "search", "arguments": {"exact": true}}, {"name": "search", "arguments": {"exact": "yes"}}])"},
+      {"not_numbers_stay_text",
+       "R</think>" + Block(Invoke("search", Param("limit", "0x1F") + Param("ratio", "inf") + Param("score", "NaN")) +
+                           Invoke("flat_tool", Param("n", "1_000"))),
+       "R", "",
+       R"([{"name": "search", "arguments": {"limit": "0x1F", "ratio": "inf", "score": "NaN"}},
+           {"name": "flat_tool", "arguments": {"n": "1_000"}}])"},
+      {"number_beyond_double_stays_text",
+       "R</think>" + Block(Invoke("search", Param("ratio", "1e400") + Param("limit", "-1e400") +
+                                                Param("filters", "{\"a\": 1e400}") + Param("score", "1e-400"))),
+       "R", "", R"([{"name": "search", "arguments": {"ratio": "1e400", "limit": "-1e400", "filters": "{\"a\": 1e400}",
+                    "score": 0.0}}])"},
+      {"integer_beyond_64_bits_keeps_digits",
+       "R</think>" + Block(Invoke("get_weather", Param("days", "123456789012345678901234567890")) +
+                           Invoke("search", Param("limit", "-98765432109876543210") +
+                                                Param("ratio", "+0123456789012345678901234567890") +
+                                                Param("tags", "[18446744073709551616, 18446744073709551615]") +
+                                                Param("filters", "{\"id\": -99999999999999999999}"))),
+       "R", "",
+       R"([{"name": "get_weather", "arguments": {"days": "123456789012345678901234567890"}},
+           {"name": "search", "arguments": {"limit": "-98765432109876543210", "ratio": "123456789012345678901234567890",
+            "tags": ["18446744073709551616", 18446744073709551615], "filters": {"id": "-99999999999999999999"}}}])"},
   };
 }
 
@@ -241,9 +357,11 @@ TEST(OutputParser, RandomTextsGiveTheSameResultForAnyChunking) {
       "<minimax:tool_call>", "</minimax:tool_call>", "<minimax:tool", "<invoke name=\"get_weather\">",
       "<invoke name=\"nope\">", "<invoke name=\"search\">", "</invoke>", "<parameter name=\"days\">",
       "<parameter name=\"location\">", "<parameter name=\"filters\">", "</parameter>", "3", "{\"a\": [1]}", "null",
-      "<parameter name=\"x\"", "\r\n"};
+      "<parameter name=\"x\"", "\r\n", "<invoke name=\" run_code \">", "<parameter name=\"code\">",
+      "<parameter name=\" days \">", "oops", "<parameter name=x>", "<invoke name=bad>", "+5", "1e400",
+      "123456789012345678901234567890", "<parameter name=\"location\"", "\">"};
   std::mt19937 rng(1234);
-  for (int iter = 0; iter < 300; ++iter) {
+  for (int iter = 0; iter < 600; ++iter) {
     std::string text;
     const int n = std::uniform_int_distribution<int>(0, 40)(rng);
     for (int i = 0; i < n; ++i) text += pieces[std::uniform_int_distribution<size_t>(0, pieces.size() - 1)(rng)];
@@ -293,6 +411,12 @@ TEST(OutputParser, HoldsBackOnlyWhatCouldBeATag) {
   EXPECT_EQ(events[0].tool_call.arguments, Json::parse(R"({"a": "1"})"));
   events.clear();
   parser.Feed("</minimax:tool_call>", events);
+  EXPECT_TRUE(events.empty());
+  EXPECT_EQ(fed("A <thi"), "C:A |");  // "<thi" may begin "<think>"
+  EXPECT_EQ(fed("nk> <minimax:tool_call>"), "C:<think>|C: <minimax:tool_call>|");  // drafting: no block in it
+  EXPECT_EQ(fed("x</think"), "C:x|");
+  EXPECT_EQ(fed(">"), "C:</think>|");
+  events.clear();
   parser.Finish(events);
   EXPECT_TRUE(events.empty());
 }
@@ -327,6 +451,105 @@ TEST(OutputParser, ParsesBackWhatTheTemplateRenders) {
     EXPECT_EQ(parsed.tool_calls[i].name, turn["tool_calls"][i]["function"]["name"]);
     EXPECT_EQ(parsed.tool_calls[i].arguments, turn["tool_calls"][i]["function"]["arguments"]);
   }
+}
+
+// A call whose </invoke> is missing waits for </minimax:tool_call>, and so do the calls after
+// it (in order); a complete call before it is out at its </invoke>.
+TEST(OutputParser, UnclosedInvokeWaitsForTheBlockToClose) {
+  auto tools = ToolSet::FromJson(Json::parse(kTools));
+  ASSERT_TRUE(tools.ok());
+  OutputParser parser(*tools, {});
+  std::vector<ParserEvent> events;
+  parser.Feed("R</think>\n\n<minimax:tool_call>\n" + Invoke("run_code", Param("code", "a")), events);
+  ASSERT_EQ(events.size(), 2u);  // the reasoning, then the call
+  EXPECT_EQ(events[1].tool_call.arguments, Json::parse(R"({"code": "a"})"));
+  events.clear();
+  parser.Feed("<invoke name=\"run_code\">\n" + Param("code", "b") + Invoke("run_code", Param("code", "c")), events);
+  EXPECT_TRUE(events.empty());
+  parser.Feed("</minimax:tool_call>", events);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].tool_call.arguments, Json::parse(R"({"code": "b"})"));
+  EXPECT_EQ(events[1].tool_call.arguments, Json::parse(R"({"code": "c"})"));
+  events.clear();
+  parser.Finish(events);
+  EXPECT_TRUE(events.empty());
+}
+
+// Each byte of a value is scanned about once, however it is fed: a long value streamed a
+// few bytes at a time parses in linear time (a quadratic parser would take minutes here).
+TEST(OutputParser, LongValuesStreamInLinearTime) {
+  std::string code;
+  while (code.size() < (4 << 20)) code += "if a < b: print('<p>', \"</div>\")\n";
+  const std::string text = "R</think>" + Block(Invoke("run_code", Param("code", code)));
+  OutputParser parser(ToolSet(), {});
+  std::vector<ParserEvent> events;
+  for (size_t i = 0; i < text.size(); i += 3) parser.Feed(std::string_view(text).substr(i, 3), events);
+  parser.Finish(events);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].tool_call.arguments.at("code"), Json(code));
+}
+
+// A call with integers beyond 64 bits, rendered, parses back with the digits as strings;
+// rendering the parsed call again writes the same prompt.
+TEST(OutputParser, BigIntegerArgumentsRoundTrip) {
+  const Json tools_json = Json::parse(R"([{"type": "function", "function": {"name": "f", "parameters":
+    {"type": "object", "properties": {"id": {"type": "integer"}, "ids": {"type": "array"}}}}}])");
+  auto tools = ToolSet::FromJson(tools_json);
+  ASSERT_TRUE(tools.ok());
+  auto request = ParseOrderedJson(R"([{"role": "user", "content": "q"}, {"role": "assistant", "content": "",
+    "tool_calls": [{"type": "function", "function": {"name": "f",
+      "arguments": {"id": 123456789012345678901234567890, "ids": [-18446744073709551617]}}}]}])", "messages");
+  ASSERT_TRUE(request.ok()) << request.status().message();
+  auto prompt = RenderChatTemplate(*request, tools_json, NoGenerationPrompt());
+  ASSERT_TRUE(prompt.ok()) << prompt.status().message();
+  EXPECT_NE(prompt->find("<parameter name=\"id\">123456789012345678901234567890</parameter>\n"
+                         "<parameter name=\"ids\">[-18446744073709551617]</parameter>"),
+            std::string::npos)
+      << *prompt;
+  const std::string marker = "]~b]ai\n";
+  const size_t begin = prompt->rfind(marker) + marker.size();
+  const std::string output = "</think>\n\n" + prompt->substr(begin, prompt->rfind("[e~[") - begin);
+  ParsedOutput parsed = ParseModelOutput(output, *tools);
+  ASSERT_EQ(parsed.tool_calls.size(), 1u);
+  EXPECT_EQ(parsed.tool_calls[0].arguments,
+            Json::parse(R"({"id": "123456789012345678901234567890", "ids": ["-18446744073709551617"]})"));
+  EXPECT_EQ(parsed.tool_calls[0].arguments.dump(),  // nlohmann can print every parsed value
+            R"({"id":"123456789012345678901234567890","ids":["-18446744073709551617"]})");
+  Json again = *request;
+  again[1]["tool_calls"][0]["function"]["arguments"] = parsed.tool_calls[0].arguments;
+  auto reprompt = RenderChatTemplate(again, tools_json, NoGenerationPrompt());
+  ASSERT_TRUE(reprompt.ok());
+  // The top-level value is a string now and prints raw, as the integer did; the nested one
+  // prints quoted.
+  EXPECT_NE(reprompt->find("<parameter name=\"id\">123456789012345678901234567890</parameter>\n"
+                           "<parameter name=\"ids\">[\"-18446744073709551617\"]</parameter>"),
+            std::string::npos)
+      << *reprompt;
+}
+
+TEST(ToolSet, LenientValuesOnlyWhereTheSchemaIsClear) {
+  const Json number = Json::parse(R"({"type": "number"})");
+  const Json integer = Json::parse(R"({"type": "integer"})");
+  const Json boolean = Json::parse(R"({"type": "boolean"})");
+  const std::pair<const char*, Json> numbers[] = {
+      {"+5", 5}, {"-007", -7}, {"00", 0}, {".5", 0.5}, {"-.5", -0.5}, {"5.", 5.0}, {"+1.5E+2", 150.0},
+      {"0.000", 0.0}, {"+", "+"}, {".", "."}, {"-", "-"}, {"1e", "1e"}, {"1e+", "1e+"}, {"--5", "--5"},
+      {"5..", "5.."}, {"1.2.3", "1.2.3"}, {"0b1", "0b1"}, {"Infinity", "Infinity"}, {"+inf", "+inf"},
+      {"1 000", "1 000"}, {"\xD9\xA3", "\xD9\xA3"}, {"+1e999", "+1e999"}, {"12345678901234567890123", "12345678901234567890123"},
+  };
+  for (const auto& [raw, expected] : numbers) {
+    EXPECT_EQ(ConvertParameterValue(raw, &number), expected) << raw;
+    EXPECT_EQ(ConvertParameterValue(raw, &integer), expected) << raw;
+  }
+  EXPECT_EQ(ConvertParameterValue("1", &boolean), Json(true));
+  EXPECT_EQ(ConvertParameterValue("0", &boolean), Json(false));
+  EXPECT_EQ(ConvertParameterValue("fAlSe", &boolean), Json(false));
+  EXPECT_EQ(ConvertParameterValue("2", &boolean), Json("2"));
+  EXPECT_EQ(ConvertParameterValue("01", &boolean), Json("01"));
+  // With a string allowed, only JSON forms convert.
+  const Json either = Json::parse(R"({"anyOf": [{"type": "integer"}, {"type": "string"}]})");
+  EXPECT_EQ(ConvertParameterValue("+5", &either), Json("+5"));
+  EXPECT_EQ(ConvertParameterValue("5", &either), Json(5));
 }
 
 TEST(ToolSet, DeepValuesStayText) {

@@ -86,5 +86,21 @@ TEST(PyTruthy, FollowsPython) {
   EXPECT_TRUE(PyTruthy(Json::array({0})));
 }
 
+// Integers beyond 64 bits print with every digit, as Python prints an int.
+TEST(PyBigInteger, PrintsEveryDigit) {
+  const Json big = MakeBigInteger("-123456789012345678901234567890");
+  EXPECT_TRUE(IsBigInteger(big));
+  EXPECT_FALSE(IsBigInteger(Json::binary({1, 2})));
+  EXPECT_EQ(BigIntegerText(big), "-123456789012345678901234567890");
+  EXPECT_EQ(BigIntegerText(Json(5)), "");
+  EXPECT_EQ(PyStr(big), "-123456789012345678901234567890");
+  Json v = Json::object();
+  v["n"] = Json::array({MakeBigInteger("18446744073709551616"), 1});
+  EXPECT_EQ(PyRepr(v), "{'n': [18446744073709551616, 1]}");
+  EXPECT_EQ(PyJsonDumps(v), R"({"n": [18446744073709551616, 1]})");
+  EXPECT_TRUE(PyTruthy(big));
+  EXPECT_EQ(JsonTypeName(big), "a number");
+}
+
 }  // namespace
 }  // namespace m2::chat
