@@ -340,7 +340,7 @@ void Engine::EmitToken(Seq& s, int32_t next) {
   if (s.cache->length() >= model_.config().max_position_embeddings) return Finish(s, StopReason::kContextFull);
 }
 
-void Engine::AfterForward(Seq& s, int64_t ran, const float* logits) {
+void Engine::AfterForward(Seq& s, int64_t ran, float* logits) {
   RegisterFullBlocks(s);
   if (logits == nullptr) return;
   const int64_t V = model_.config().vocab_size;
@@ -360,8 +360,14 @@ void Engine::AfterForward(Seq& s, int64_t ran, const float* logits) {
     ++s.result.stats.decode_steps;
   }
   (void)ran;
+  const bool want_lp = s.req.top_logprobs >= 0 && s.req.on_logprobs;
+  std::vector<float> raw;  // logprobs are of the model's own row
+  if (want_lp && s.req.logits_processor) raw.assign(logits, logits + V);
+  if (s.req.logits_processor)
+    s.req.logits_processor(std::span<float>(logits, static_cast<size_t>(V)),
+                           std::span<const int32_t>(s.ids.data() + s.prompt_len, s.ids.size() - s.prompt_len));
   const int32_t next = s.sampler->Sample(std::span<const float>(logits, static_cast<size_t>(V)), s.ids);
-  if (s.req.top_logprobs >= 0 && s.req.on_logprobs) s.req.on_logprobs(ComputeLogprobs(logits, V, next, s.req.top_logprobs));
+  if (want_lp) s.req.on_logprobs(ComputeLogprobs(raw.empty() ? logits : raw.data(), V, next, s.req.top_logprobs));
   EmitToken(s, next);
 }
 

@@ -120,6 +120,10 @@ struct Request {
   // (called just before on_token).
   int top_logprobs = -1;
   LogprobsCallback on_logprobs;
+  // Optional: may change the logits row before sampling (e.g. set tokens to -inf to
+  // constrain the output); `generated` holds the ids generated so far. After the
+  // non-finite check and the logprobs, which see the model's own row.
+  std::function<void(std::span<float> logits, std::span<const int32_t> generated)> logits_processor;
   TextCallback on_text;    // final text pieces (needs the engine's tokenizer)
   // Exactly once, when the request ends: error is not ok when it failed (a non-finite
   // logit, a failed forward pass); result holds what was generated either way.
@@ -181,7 +185,7 @@ class Engine {
   void Admit(Seq& s);                   // attach a cache: the session's or prefix-cache blocks
   void Preempt(Seq& s);                 // free its cache; it waits to be recomputed
   void Finish(Seq& s, StopReason reason, Status error = Status::Ok());
-  void AfterForward(Seq& s, int64_t ran, const float* logits);
+  void AfterForward(Seq& s, int64_t ran, float* logits);
   void EmitToken(Seq& s, int32_t token);
   void RegisterFullBlocks(Seq& s);
   // The most of its next n tokens a sequence can run with free_blocks more blocks.

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -69,6 +70,18 @@ struct Server::Impl {
   httplib::Server http;
   std::string model_name;
   std::atomic<bool> shutting_down{false};
+
+  // Each token's text, for constraining a forced tool call's name (made on first use).
+  std::once_flag pieces_once;
+  std::vector<std::string> pieces;
+  const std::vector<std::string>& Pieces() {
+    std::call_once(pieces_once, [this] {
+      const auto V = static_cast<int32_t>(model.config().vocab_size);
+      pieces.resize(static_cast<size_t>(V));
+      for (int32_t id = 0; id < V; ++id) pieces[static_cast<size_t>(id)] = tok.Decode(std::span<const int32_t>(&id, 1));
+    });
+    return pieces;
+  }
 
   // Metrics.
   std::mutex metrics_mu;
@@ -152,7 +165,7 @@ struct Server::Impl {
   void Generate(const httplib::Request& req, httplib::Response& res, const std::string& endpoint,
                 std::vector<int32_t> ids, runtime::SamplingParams sampling, std::optional<int64_t> max_tokens,
                 std::vector<std::string> stop, int top_logprobs, std::shared_ptr<ChatReply> reply, bool stream,
-                Api api) {
+                Api api, std::vector<std::string> tool_names = {}) {
     const int64_t ctx = model.config().max_position_embeddings;
     const auto n = static_cast<int64_t>(ids.size());
     if (n >= ctx) {
@@ -180,6 +193,7 @@ struct Server::Impl {
     r.options.eos_ids = o.eos_ids;
     r.options.stop_strings = std::move(stop);
     r.top_logprobs = top_logprobs;
+    if (!tool_names.empty()) r.logits_processor = ToolNameConstraint(std::move(tool_names));
     if (top_logprobs >= 0) r.on_logprobs = [reply](const runtime::TokenLogprobs& lp) { reply->OnLogprobs(lp); };
     r.on_token = [this, last_token, first, t0](int32_t) {
       const auto now = Clock::now();
@@ -195,7 +209,12 @@ struct Server::Impl {
       ex->frames += f;
       ex->cv.notify_all();
     };
-    r.on_done = [this, ex, reply, n](const Status& err, runtime::GenerationResult& result) {
+    r.on_done = [this, ex, reply, n](const Status& done_err, runtime::GenerationResult& result) {
+      // A cancelled request (the client left, or the server is shutting down) must not
+      // look complete to whoever still reads it.
+      const Status err = !done_err.ok() || result.stop_reason != runtime::StopReason::kCancelled
+                             ? done_err
+                             : Error("the request was cancelled: the server is shutting down");
       std::string f = reply->Finish(err, result);
       {
         std::lock_guard<std::mutex> lock(metrics_mu);
@@ -223,9 +242,10 @@ struct Server::Impl {
       std::unique_lock<std::mutex> lock(ex->mu);
       ex->cv.wait(lock, [&] { return ex->done; });
       if (!ex->error.ok()) {
-        Count(endpoint, 500);
+        const int status = shutting_down.load() ? 503 : 500;
+        Count(endpoint, status);
         lock.unlock();
-        return SendError(req, res, 500, ex->error.message());
+        return SendError(req, res, status, ex->error.message());
       }
       Count(endpoint, 200);
       res.set_content(ex->body.dump(-1, ' ', false, Json::error_handler_t::replace), "application/json");
@@ -273,6 +293,34 @@ struct Server::Impl {
         });
   }
 
+  // tool_choice required with several tools: the reply starts '<invoke name="' and the
+  // next tokens may only spell one of the offered names and its closing quote; after that
+  // the model writes freely. (A name token that would leave every candidate is masked.)
+  std::function<void(std::span<float>, std::span<const int32_t>)> ToolNameConstraint(std::vector<std::string> names) {
+    for (auto& n : names) n += '"';
+    const std::vector<std::string>* table = &Pieces();
+    return [names = std::move(names), table](std::span<float> logits, std::span<const int32_t> generated) {
+      std::string sofar;
+      for (int32_t id : generated) sofar += (*table)[static_cast<size_t>(id)];
+      for (const auto& n : names)
+        if (sofar.size() >= n.size() && sofar.compare(0, n.size(), n) == 0) return;  // a name is complete
+      for (size_t v = 0; v < logits.size(); ++v) {
+        const std::string& piece = (*table)[v];
+        bool ok = false;
+        for (const auto& n : names) {
+          if (sofar.size() > n.size() || n.compare(0, sofar.size(), sofar) != 0) continue;
+          const std::string_view rest = std::string_view(n).substr(sofar.size());
+          // The piece continues the name, or completes it (and may run past it).
+          if (!piece.empty() && (rest.rfind(piece, 0) == 0 || std::string_view(piece).rfind(rest, 0) == 0)) {
+            ok = true;
+            break;
+          }
+        }
+        if (!ok) logits[v] = -INFINITY;
+      }
+    };
+  }
+
   Result<std::vector<int32_t>> Encode(const std::string& text) {
     std::vector<int32_t> ids = tok.Encode(text, /*parse_special=*/true);
     if (ids.empty()) return Error("the prompt is empty");
@@ -288,6 +336,17 @@ struct Server::Impl {
     // Any model name is accepted, as llama.cpp's server does: agents send names of their
     // own (Claude Code asks for its "small fast model" by a name of its choosing), and a
     // 404 there breaks them. Responses carry the served name.
+    // tool_choice required with one tool is that tool by name; with several, the name
+    // is constrained to the offered ones.
+    std::vector<std::string> constrained_names;
+    if (job->tool_choice == ToolChoice::kRequired) {
+      if (job->tools.size() == 1) {
+        job->tool_choice = ToolChoice::kNamed;
+        job->tool_name = job->tools[0]["function"]["name"].get<std::string>();
+      } else {
+        for (const auto& t : job->tools) constrained_names.push_back(t["function"]["name"].get<std::string>());
+      }
+    }
     std::string forced;
     auto prompt = RenderJobPrompt(*job, &forced);
     if (!prompt.ok()) return Count(endpoint, 400), SendError(req, res, 400, prompt.status().message());
@@ -309,7 +368,7 @@ struct Server::Impl {
     rc.tokenizer = job->top_logprobs >= 0 ? &tok : nullptr;
     auto reply = std::make_shared<ChatReply>(rc, job->toolset, forced);
     Generate(req, res, endpoint, std::move(*ids), job->sampling, job->max_tokens, job->stop, job->top_logprobs, reply,
-             job->stream, api);
+             job->stream, api, std::move(constrained_names));
   }
 
   void Completion(const httplib::Request& req, httplib::Response& res) {
@@ -347,16 +406,21 @@ struct Server::Impl {
 
   void Routes() {
     http.set_payload_max_length(o.max_body_bytes);
+    // Keep-alive stays at cpp-httplib's 5 s: an idle kept-alive connection holds a thread
+    // that notices a shutdown only when its keep-alive wait ends.
     const int threads = o.http_threads;
     http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (req.path.rfind("/v1/", 0) == 0 && !Authorized(req)) {
         Count(req.path, 401);
         SendError(req, res, 401, "invalid or missing API key (send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY')");
+        // Answered before the body was read: the connection cannot carry another request.
+        res.set_header("Connection", "close");
         return httplib::Server::HandlerResponse::Handled;
       }
       if (shutting_down.load()) {
         SendError(req, res, 503, "the server is shutting down");
+        res.set_header("Connection", "close");
         return httplib::Server::HandlerResponse::Handled;
       }
       return httplib::Server::HandlerResponse::Unhandled;
@@ -430,6 +494,14 @@ Status Server::Serve() {
 void Server::Shutdown() {
   if (impl_->shutting_down.exchange(true)) return;
   impl_->engine.CancelAll();  // every stream gets its end and its handler returns
+  // Let the streams write their last frames before the connections close (at most 5 s).
+  const auto t0 = Clock::now();
+  while (Seconds(t0, Clock::now()) < 5) {
+    const runtime::EngineStats st = impl_->engine.stats();
+    if (st.running == 0 && st.waiting == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   impl_->http.stop();
 }
 
