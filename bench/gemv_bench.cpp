@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "base/cpu.h"
@@ -85,7 +86,52 @@ Set Make(m2::WeightFormat f, int64_t rows, int64_t cols, int64_t total_bytes) {
 
 }  // namespace
 
+// Batched decode on all threads (`gemv_bench --batch [MiB]`): Linear() at 1-16 tokens
+// over matrices of the lm_head's and an expert's shapes, as GB/s of weights read and
+// GFLOP/s: where a batch of decode steps turns from memory-bound to FMA-bound.
+int BatchMode(int64_t total) {
+  double best_read = 0;
+  {
+    std::vector<float> buf(static_cast<size_t>(total / 4), 1.0f);
+    for (int rep = 0; rep < 4; ++rep) {
+      const auto t0 = Clock::now();
+      std::vector<double> sums(static_cast<size_t>(m2::ThreadPool::Global().size()));
+      m2::ThreadPool::Global().ParallelFor(static_cast<int64_t>(buf.size()), 4096, [&](int64_t b, int64_t e, int th) {
+        sums[static_cast<size_t>(th)] += m2::ReadAll(buf.data() + b, e - b, rep % 2 == 1);
+      });
+      best_read = std::max(best_read, total / Seconds(t0));
+    }
+  }
+  std::printf("%d threads, %s kernels; parallel read %.2f GB/s\n", m2::ThreadPool::Global().size(),
+              m2::ActiveIsa() == m2::KernelIsa::kAvx512 ? "avx512" : "avx2", best_read / 1e9);
+  std::printf("%-10s %6s %6s %6s %10s %8s %10s\n", "format", "rows", "cols", "tokens", "GB/s", "of read", "GFLOP/s");
+  for (auto [f, r, c] : {std::tuple<m2::WeightFormat, int64_t, int64_t>{m2::WeightFormat::kBF16, 8192, 3072},
+                         {m2::WeightFormat::kFp8Block, 6144, 3072}}) {
+    Set s = Make(f, r, c, total);
+    for (int64_t n : {1, 2, 4, 5, 8, 12, 16}) {
+      std::vector<float> xs(static_cast<size_t>(n * c)), ys(static_cast<size_t>(n * r));
+      for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.01f * static_cast<float>(i));
+      double best = 0;
+      for (int rep = 0; rep < 3; ++rep) {
+        int64_t bytes = 0;
+        const auto t0 = Clock::now();
+        for (const auto& w : s.mats) {
+          m2::Linear(w, xs.data(), n, ys.data());
+          bytes += w.bytes();
+        }
+        best = std::max(best, bytes / Seconds(t0));
+      }
+      const double flops = best / static_cast<double>(s.mats[0].bytes()) * 2.0 * static_cast<double>(r * c * n);
+      std::printf("%-10s %6lld %6lld %6lld %10.2f %7.0f%% %10.1f\n", m2::WeightFormatName(f), static_cast<long long>(r),
+                  static_cast<long long>(c), static_cast<long long>(n), best / 1e9, 100.0 * best / best_read,
+                  flops / 1e9);
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--batch") == 0) return BatchMode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
   const int64_t mib = argc > 1 ? std::atoll(argv[1]) : 512;
   const int64_t total = mib << 20;
   const bool avx512 = m2::ActiveIsa() == m2::KernelIsa::kAvx512;

@@ -132,12 +132,15 @@ void LinearOn(const LinearWeight& w, const float* x, int64_t n, float* y, Thread
   const KernelIsa isa = ActiveIsa();
   const bool parallel = pool_or_null != nullptr && pool_or_null->size() > 1 && w.rows * w.cols * std::max<int64_t>(n, 1) >= (1 << 16);
   ThreadPool* pool = parallel ? pool_or_null : nullptr;
-  // The GEMM pads the tokens to whole vectors of 16: an expert's 64 + 3 tokens would cost
-  // 80. A rest of up to 4 tokens goes to the GEMV kernel instead, which reads the weights
-  // once more (just used, so from cache) at about the GEMM's FLOP rate for 4 tokens.
-  // gemv_bench, one thread, 67 tokens: fp8 96-107 -> 104-118 GFLOP/s. (Rests of 5-8 in
-  // two GEMV passes were slower than the padding.)
-  if (const int64_t rest = n % 16; n > 16 && rest <= 4 && rest > 0 && isa != KernelIsa::kPortable) {
+  // The GEMM pads the tokens to whole vectors (16 lanes with AVX-512, 8 with AVX2): an
+  // expert's 64 + 3 tokens would cost 80. A rest of up to 4 tokens goes to the GEMV kernel
+  // instead, which reads the weights once more (just used, so from cache) at about the
+  // GEMM's FLOP rate for 4 tokens. gemv_bench, one thread, 67 tokens: fp8 96-107 ->
+  // 104-118 GFLOP/s. (Rests of 5-8 in two GEMV passes were slower than the padding.)
+  // Padding to the ISA's own width (not always 16) matters for batched decode: 8 streams
+  // on AVX2 would otherwise do twice the FMAs of the lm_head and attention projections.
+  const int64_t vw = isa == KernelIsa::kAvx512 ? 16 : 8;
+  if (const int64_t rest = n % vw; n > vw && rest <= 4 && rest > 0 && isa != KernelIsa::kPortable) {
     LinearOn(w, x, n - rest, y, pool_or_null);
     LinearOn(w, x + (n - rest) * w.cols, rest, y + (n - rest) * w.rows, pool_or_null);
     return;
@@ -148,7 +151,7 @@ void LinearOn(const LinearWeight& w, const float* x, int64_t n, float* y, Thread
     constexpr int64_t kChunk = 128;
     thread_local std::vector<float> xt;
     for (int64_t t0 = 0; t0 < n; t0 += kChunk) {
-      const int64_t nt = std::min(kChunk, n - t0), ntp = (nt + 15) / 16 * 16;
+      const int64_t nt = std::min(kChunk, n - t0), ntp = (nt + vw - 1) / vw * vw;
       if (xt.size() < static_cast<size_t>(w.cols * ntp)) xt.resize(static_cast<size_t>(w.cols * ntp));
       TransposeTokens(x + t0 * w.cols, nt, w.cols, xt.data(), ntp, pool);
       float* yc = y + t0 * w.rows;
@@ -157,7 +160,7 @@ void LinearOn(const LinearWeight& w, const float* x, int64_t n, float* y, Thread
         if (isa == KernelIsa::kAvx512) GemmRowsTransposedAvx512(w, xtp, ntp, nt, yc, r0, r1);
         else GemmRowsTransposedAvx2(w, xtp, ntp, nt, yc, r0, r1);
       };
-      if (parallel) pool->ParallelFor(w.rows, 24, body);  // 24: whole panels of 12 (AVX-512) and 6 (AVX2) rows
+      if (parallel) pool->ParallelFor(w.rows, 24, body);  // 24: whole panels of 12 rows
       else body(0, w.rows, 0);
     }
     return;

@@ -71,7 +71,8 @@ void DequantizeRow(const LinearWeight& w, int64_t row, float* out);
 bool LinearRowsAvx512(const LinearWeight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1);
 bool LinearRowsAvx2(const LinearWeight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1);
 
-// Prefill kernels on tokens already transposed in tiles: ntp (a multiple of 16, zero
+// Prefill kernels on tokens already transposed in tiles: ntp (a multiple of the vector
+// width, 16 for AVX-512 and 8 for AVX2; zero
 // padded past n) tokens in tiles of kTokenTile; tile j (tokens [32j, 32j + w), w =
 // min(32, ntp - 32j)) starts at xt + 32j * cols and holds [cols][w]. The kernel then
 // reads each tile's columns in order. Rows [r0, r1).

@@ -114,7 +114,7 @@ void Check(const char* kernel_name, const Kernel& kernel) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (const auto& c : cases) {
     const Weight m = Make(c, rng);
-    for (int64_t n : {1, 2, 3, 4, 5, 13, 19, 36, 40}) {  // GEMV sizes, GEMM with token tails (19, 36: GEMM + GEMV rest)
+    for (int64_t n : {1, 2, 3, 4, 5, 8, 12, 13, 19, 36, 40}) {  // GEMV sizes, GEMM with token tails (19, 36: GEMM + GEMV rest)
       std::vector<float> x(static_cast<size_t>(n * c.cols));
       for (auto& v : x) v = nd(rng);
       std::vector<float> y(static_cast<size_t>(n * c.rows), NAN);
