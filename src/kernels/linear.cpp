@@ -145,7 +145,7 @@ void LinearOn(const LinearWeight& w, const float* x, int64_t n, float* y, Thread
     LinearOn(w, x + (n - rest) * w.cols, rest, y + (n - rest) * w.rows, pool_or_null);
     return;
   }
-  if (n > 4 && isa != KernelIsa::kPortable && (w.format != WeightFormat::kFp8Block || (w.block_cols % 16 == 0 && (w.block_cols & (w.block_cols - 1)) == 0))) {
+  if (n > kMaxGemvTokens && isa != KernelIsa::kPortable && (w.format != WeightFormat::kFp8Block || (w.block_cols % 16 == 0 && (w.block_cols & (w.block_cols - 1)) == 0))) {
     // Prefill: tokens in chunks whose transposed copy stays in L2 while every row
     // panel streams past it. Each chunk is transposed once, by this thread.
     constexpr int64_t kChunk = 128;

@@ -18,6 +18,10 @@ enum class WeightFormat : uint8_t {
 };
 const char* WeightFormatName(WeightFormat f);
 
+// Up to this many tokens Linear() uses the decode kernels (weights as the vector
+// dimension, linear_simd.inc); more go to the GEMM.
+inline constexpr int64_t kMaxGemvTokens = 8;
+
 // Columns per scale in kQ8 / kQ4.
 inline constexpr int64_t kQuantGroup = 32;
 

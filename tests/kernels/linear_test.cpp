@@ -109,6 +109,8 @@ void Check(const char* kernel_name, const Kernel& kernel) {
       {WeightFormat::kFp8Block, 70, 300},   {WeightFormat::kQ8, 50, 64}, {WeightFormat::kQ4, 37, 96},
       {WeightFormat::kQ8, 19, 544}, {WeightFormat::kQ4, 21, 1056},  // scales in chunks of 16 groups plus a rest
       {WeightFormat::kBF16, 3, 5},
+      // Small-batch kernel (3-8 tokens): blocks of 64 rows, chunks of 512 columns, a tail.
+      {WeightFormat::kFp8Block, 130, 1100}, {WeightFormat::kBF16, 70, 1030},
   };
   std::mt19937 rng(42);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -175,9 +177,9 @@ TEST(LinearTest, RowRangesComposeToTheWholeMatrix) {
 TEST(LinearTest, GemvRowRangesComposeToTheWholeMatrix) {
   std::mt19937 rng(11);
   for (WeightFormat f : {WeightFormat::kBF16, WeightFormat::kFp8Block, WeightFormat::kQ8, WeightFormat::kQ4}) {
-    const Weight m = Make({f, 23, 256}, rng);
-    for (int64_t n = 1; n <= 4; ++n) {
-      std::vector<float> x(static_cast<size_t>(n * 256));
+    const Weight m = Make({f, 23, 1088}, rng);  // 1088 columns: chunks of 512 and a rest
+    for (int64_t n = 1; n <= 8; ++n) {
+      std::vector<float> x(static_cast<size_t>(n * 1088));
       for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
       for (bool avx512 : {false, true}) {
         if (avx512 ? !Cpu().has_avx512() : !Cpu().has_avx2()) continue;
