@@ -10,6 +10,12 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags& f, bool serving) {
   cmd->add_option("--max-batch-tokens", f.max_batch_tokens,
                   "Most tokens per forward pass: decoding streams plus chunks of prompts being prefilled (default 512)");
   cmd->add_flag("--no-prefix-cache", f.no_prefix_cache, "Do not keep and share the KV blocks of earlier prompts");
+  cmd->add_option("--spec", f.spec,
+                  "Speculative decoding: lookup (draft the continuation of the latest earlier occurrence of the last "
+                  "n-gram: fast when the output copies its context, as edits and tool results do) or off (default). "
+                  "The output is the same either way");
+  cmd->add_option("--draft", f.draft, "Speculative decoding: most tokens drafted per verification step (default 4)");
+  cmd->add_option("--spec-ngram", f.spec_ngram, "--spec lookup: longest n-gram matched (default 3; down to 1)");
   if (serving) {
     cmd->add_option("--max-running", f.max_running, "Most sequences generating at once (default 64)");
     cmd->add_option("--max-queue", f.max_queue, "Most requests waiting; more are refused (default 1024)");
@@ -25,6 +31,11 @@ Result<runtime::EngineOptions> ResolveEngineFlags(const EngineFlags& f, const Mo
   o.max_running = f.max_running;
   o.max_queue = f.max_queue;
   o.prefix_cache = !f.no_prefix_cache;
+  M2_ASSIGN_OR_RETURN(o.spec.mode, runtime::ParseSpecMode(f.spec));
+  if (o.spec.mode == runtime::SpecMode::kMtp)
+    return Error("--spec mtp is not available in the serving engine yet; use --spec lookup or --spec off");
+  o.spec.draft = f.draft;
+  o.spec.ngram_max = f.spec_ngram;
   M2_RETURN_IF_ERROR(runtime::KvBudgetBlocks(config, o).status());
   return o;
 }

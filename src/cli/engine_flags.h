@@ -19,6 +19,9 @@ struct EngineFlags {
   int64_t max_running = 64;
   int64_t max_queue = 1024;
   bool no_prefix_cache = false;
+  std::string spec = "off";
+  int draft = 4;
+  int spec_ngram = 3;
 };
 
 // `serving`: also the flags that only matter with many requests (running and queue limits).

@@ -47,6 +47,7 @@ struct Engine::Seq {
   std::unique_ptr<Sampler> own_sampler;
   Sampler* sampler = nullptr;
   std::vector<int32_t> ids;  // prompt, then generated ids (the last one not yet run)
+  std::vector<int32_t> draft;  // speculative tokens to verify after ids.back() this step
   size_t prompt_len = 0;
   std::unique_ptr<SequenceCache> cache;  // null while waiting
   int64_t registered = 0;                // leading full blocks registered in the prefix cache
@@ -69,6 +70,7 @@ Status EngineOptions::Validate() const {
   if (max_batch_tokens < 1) return Error("--max-batch-tokens must be >= 1, found {}", max_batch_tokens);
   if (max_running < 1) return Error("--max-running must be >= 1, found {}", max_running);
   if (max_queue < 0) return Error("--max-queue must be >= 0, found {}", max_queue);
+  M2_RETURN_IF_ERROR(spec.Validate());
   return Status::Ok();
 }
 
@@ -128,6 +130,11 @@ Engine::~Engine() {
 Status Engine::ValidateRequest(const Request& r) const {
   const ModelConfig& cfg = model_.config();
   if (r.prompt.empty()) return Error("the prompt is empty: generation needs at least one token");
+  const SpecOptions& spec = r.spec ? *r.spec : options_.spec;
+  M2_RETURN_IF_ERROR(spec.Validate());
+  if (spec.mode == SpecMode::kMtp)
+    return Error("speculative decoding with the MTP modules (--spec mtp) is not available in the serving engine yet; "
+                 "use --spec lookup (prompt lookup, no weights needed) or --spec off");
   for (size_t i = 0; i < r.prompt.size(); ++i)
     if (r.prompt[i] < 0 || r.prompt[i] >= cfg.vocab_size)
       return Error("prompt token {} (id {}) is outside the model's vocabulary [0, {})", i, r.prompt[i], cfg.vocab_size);
@@ -258,6 +265,7 @@ void Engine::Admit(Seq& s) {
 
 void Engine::Preempt(Seq& s) {
   s.cache.reset();
+  s.draft.clear();
   s.registered = 0;
   s.parent_hash = 0;
   ++s.result.stats.preemptions;
@@ -302,6 +310,10 @@ void Engine::Finish(Seq& s, StopReason reason, Status error) {
   if (s.got_first) r.stats.decode_seconds = Seconds(s.first_token, now);
   else if (s.admitted_once) r.stats.prefill_seconds = Seconds(s.admitted, now);
   if (KvSession* session = s.req.session) {
+    // Verified drafts may leave entries for ids a stop condition cut off: drop them.
+    if (error.ok() && s.cache != nullptr && s.cache->length() > static_cast<int64_t>(s.ids.size()) &&
+        !s.cache->Truncate(static_cast<int64_t>(s.ids.size())).ok())
+      s.cache.reset();
     if (error.ok() && s.cache != nullptr) {
       session->ids_.assign(s.ids.begin(), s.ids.begin() + s.cache->length());
       session->cache_ = std::move(s.cache);
@@ -371,6 +383,68 @@ void Engine::AfterForward(Seq& s, int64_t ran, float* logits) {
   EmitToken(s, next);
 }
 
+void Engine::Draft(Seq& s) {
+  s.draft.clear();
+  const SpecOptions& sp = s.req.spec ? *s.req.spec : options_.spec;
+  if (sp.mode == SpecMode::kOff || s.cache == nullptr || s.remaining() != 1) return;
+  // No more drafts than can be kept: the model's own token follows them, within
+  // max_new_tokens and the context.
+  const int64_t left = s.req.options.max_new_tokens - static_cast<int64_t>(s.result.tokens.size()) - 1;
+  const int64_t room = model_.config().max_position_embeddings - s.cache->length() - 1;
+  const auto most = static_cast<int>(std::clamp<int64_t>(std::min(left, room), 0, sp.draft));
+  if (most == 0) return;
+  if (sp.mode == SpecMode::kLookup) LookupDraft(s.ids, most, sp.ngram_max, sp.ngram_min, s.draft);
+}
+
+void Engine::AfterVerify(Seq& s, float* logits) {
+  const int64_t V = model_.config().vocab_size;
+  const auto k = static_cast<int64_t>(s.draft.size());
+  const size_t old = s.ids.size();
+  const int64_t first_pos = s.cache->length() - (k + 1);
+  ++s.result.stats.decode_steps;
+  const bool want_lp = s.req.top_logprobs >= 0 && s.req.on_logprobs;
+  spec_out_.clear();
+  spec_lp_.clear();
+  std::vector<float> raw;
+  Status error;
+  // Position j's row is drawn from exactly as plain decoding would draw it there (the
+  // accepted drafts are in s.ids for penalties and processors); see speculative.h.
+  for (int64_t j = 0; j <= k; ++j) {
+    float* row = logits + j * V;
+    for (int64_t i = 0; i < V; ++i)
+      if (!std::isfinite(row[i])) {
+        error = Error("the model produced a non-finite logit ({} for token id {}) at position {} of request {}: the "
+                      "weights or the input overflow; the request was ended",
+                      row[i], i, first_pos + j, s.id);
+        break;
+      }
+    if (!error.ok()) break;
+    if (want_lp && s.req.logits_processor) raw.assign(row, row + V);
+    if (s.req.logits_processor)
+      s.req.logits_processor(std::span<float>(row, static_cast<size_t>(V)),
+                             std::span<const int32_t>(s.ids.data() + s.prompt_len, s.ids.size() - s.prompt_len));
+    const int32_t x = s.sampler->Sample(std::span<const float>(row, static_cast<size_t>(V)), s.ids);
+    if (want_lp) spec_lp_.push_back(ComputeLogprobs(raw.empty() ? row : raw.data(), V, x, s.req.top_logprobs));
+    spec_out_.push_back(x);
+    s.ids.push_back(x);
+    if (j == k || x != s.draft[static_cast<size_t>(j)]) break;
+  }
+  s.ids.resize(old);
+  const auto accepted = static_cast<int64_t>(spec_out_.empty() ? 0 : spec_out_.size() - 1);
+  s.result.stats.draft_tokens += k;
+  s.result.stats.accepted_tokens += accepted;
+  s.draft.clear();
+  // Keep the entries of ids.back() and the accepted drafts; the rejected ones go.
+  if (Status st = s.cache->Truncate(static_cast<int64_t>(old) + accepted); !st.ok() && error.ok())
+    error = Error("cannot roll back rejected drafts: {}", st.message());
+  for (size_t i = 0; i < spec_out_.size() && !s.done; ++i) {
+    if (want_lp) s.req.on_logprobs(spec_lp_[i]);
+    EmitToken(s, spec_out_[i]);
+  }
+  if (!error.ok()) return Finish(s, StopReason::kError, error);
+  if (!s.done) RegisterFullBlocks(s);
+}
+
 int64_t Engine::FitTokens(const Seq& s, int64_t n, int64_t free_blocks) const {
   const int64_t len = s.cache->length();
   if (s.cache->BlocksToExtend(len + n) <= free_blocks) return n;
@@ -416,6 +490,7 @@ bool Engine::Step() {
   scheduled_tokens_.clear();
   std::vector<int64_t> needs;
   std::vector<Seq*> order;
+  for (auto& s : running_) s->draft.clear();  // drafts are proposed again below for those scheduled
   for (auto& s : running_)
     if (s->remaining() == 1) order.push_back(s.get());
   for (auto& s : running_)
@@ -434,10 +509,13 @@ bool Engine::Step() {
   for (Seq* s : order) {
     if (budget == 0) break;
     if (s->cache == nullptr) continue;  // preempted in this loop
+    Draft(*s);
+    // A decoding sequence runs its last id and its drafts.
+    const int64_t wanted = s->remaining() + static_cast<int64_t>(s->draft.size());
     int64_t n = 0;
     // A chunk shrinks to what the free blocks hold; when not even one token fits, the
     // most recently admitted sequence (possibly this one) is preempted.
-    while ((n = FitTokens(*s, std::min(s->remaining(), budget), pool_->available_blocks() - reserved)) == 0) {
+    while ((n = FitTokens(*s, std::min(wanted, budget), pool_->available_blocks() - reserved)) == 0) {
       Seq* victim = nullptr;
       for (auto it = running_.rbegin(); it != running_.rend(); ++it)
         if ((*it)->cache != nullptr && !(*it)->done) {
@@ -448,6 +526,7 @@ bool Engine::Step() {
       unschedule(victim);
       Preempt(*victim);
     }
+    if (!s->draft.empty() && n < wanted) s->draft.resize(static_cast<size_t>(std::max<int64_t>(0, n - 1)));
     if (n == 0) {
       const bool alone = std::count_if(running_.begin(), running_.end(), [](const auto& r) {
                            return r->cache != nullptr && !r->done;
@@ -505,12 +584,22 @@ bool Engine::Step() {
     batch_.want_logits.clear();
     batch_.want_hidden.clear();
     caches_.clear();
+    scheduled_rows_.clear();
     for (size_t i = 0; i < scheduled_.size(); ++i) {
       Seq& s = *scheduled_[i];
       const int64_t from = s.cache->length(), n = scheduled_tokens_[i];
-      const bool logits = from + n == static_cast<int64_t>(s.ids.size());
-      for (int64_t j = 0; j < n; ++j)
-        batch_.Add(s.ids[static_cast<size_t>(from + j)], static_cast<int32_t>(i), logits && j + 1 == n);
+      const auto have = static_cast<int64_t>(s.ids.size());
+      if (!s.draft.empty()) {  // verification: the last id and the drafts, a row of logits each
+        for (int64_t j = 0; j < n; ++j)
+          batch_.Add(from + j < have ? s.ids[static_cast<size_t>(from + j)] : s.draft[static_cast<size_t>(from + j - have)],
+                     static_cast<int32_t>(i), true);
+        scheduled_rows_.push_back(n);
+      } else {
+        const bool logits = from + n == have;
+        for (int64_t j = 0; j < n; ++j)
+          batch_.Add(s.ids[static_cast<size_t>(from + j)], static_cast<int32_t>(i), logits && j + 1 == n);
+        scheduled_rows_.push_back(logits ? 1 : 0);
+      }
       caches_.push_back(s.cache.get());
     }
     logits_.clear();
@@ -524,9 +613,10 @@ bool Engine::Step() {
         Finish(s, StopReason::kError, Error("the forward pass failed: {}", st.message()));
         continue;
       }
-      const bool logits = s.cache->length() == static_cast<int64_t>(s.ids.size());
-      AfterForward(s, scheduled_tokens_[i], logits ? logits_.data() + row * V : nullptr);
-      if (logits) ++row;
+      const int64_t rows = scheduled_rows_[i];
+      if (!s.draft.empty()) AfterVerify(s, logits_.data() + row * V);
+      else AfterForward(s, scheduled_tokens_[i], rows > 0 ? logits_.data() + row * V : nullptr);
+      row += static_cast<size_t>(rows);
     }
   }
   drop_done();

@@ -34,6 +34,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_set>
@@ -44,6 +45,7 @@
 #include "model/model.h"
 #include "runtime/generator.h"
 #include "runtime/sampler.h"
+#include "runtime/speculative.h"
 #include "text/tokenizer.h"
 
 namespace m2::runtime {
@@ -59,6 +61,8 @@ struct EngineOptions {
   int64_t max_running = 64;        // sequences admitted at once
   int64_t max_queue = 1024;        // waiting requests; a Submit beyond is refused
   bool prefix_cache = true;
+  // Speculative decoding for requests that do not choose (Request::spec unset).
+  SpecOptions spec;
 
   // Names the first setting out of range.
   Status Validate() const;
@@ -125,6 +129,10 @@ struct Request {
   // non-finite check and the logprobs, which see the model's own row.
   std::function<void(std::span<float> logits, std::span<const int32_t> generated)> logits_processor;
   TextCallback on_text;    // final text pieces (needs the engine's tokenizer)
+  // Speculative decoding for this request (speculative.h): drafts verified in the same
+  // forward pass as everything else in the step. Same output as without. Unset: the
+  // engine's default (EngineOptions::spec).
+  std::optional<SpecOptions> spec;
   // Exactly once, when the request ends: error is not ok when it failed (a non-finite
   // logit, a failed forward pass); result holds what was generated either way.
   DoneCallback on_done;
@@ -186,6 +194,11 @@ class Engine {
   void Preempt(Seq& s);                 // free its cache; it waits to be recomputed
   void Finish(Seq& s, StopReason reason, Status error = Status::Ok());
   void AfterForward(Seq& s, int64_t ran, float* logits);
+  // A decoding sequence that ran its last id and k = s.draft.size() drafts: rows of
+  // logits for each; keeps the agreed prefix plus the model's own next token.
+  void AfterVerify(Seq& s, float* logits);
+  // Proposes s.draft for a sequence about to decode (empty when speculation is off).
+  void Draft(Seq& s);
   void EmitToken(Seq& s, int32_t token);
   void RegisterFullBlocks(Seq& s);
   // The most of its next n tokens a sequence can run with free_blocks more blocks.
@@ -221,6 +234,9 @@ class Engine {
   std::vector<SequenceCache*> caches_;
   std::vector<Seq*> scheduled_;
   std::vector<int64_t> scheduled_tokens_;
+  std::vector<int64_t> scheduled_rows_;  // logits rows each scheduled sequence gets
+  std::vector<int32_t> spec_out_;
+  std::vector<TokenLogprobs> spec_lp_;
   std::vector<float> logits_;
 };
 

@@ -28,7 +28,11 @@ std::string GenerationStats::Summary() const {
   return fmt::format("prompt {} tokens{}: prefilled {} in {:.3f} s ({:.1f} tok/s); generated {} tokens in {:.3f} s "
                      "({:.1f} tok/s)",
                      prompt_tokens, reused, prefill_tokens, prefill_seconds, prefill_tokens_per_second(),
-                     generated_tokens, decode_seconds, decode_tokens_per_second());
+                     generated_tokens, decode_seconds, decode_tokens_per_second()) +
+         (draft_tokens > 0 ? fmt::format("; speculative: {} of {} drafted tokens accepted ({:.1f} tokens per step)",
+                                         accepted_tokens, draft_tokens,
+                                         decode_steps > 0 ? static_cast<double>(generated_tokens - 1) / decode_steps : 0.0)
+                           : "");
 }
 
 Generator::Generator(Model& model, const text::Tokenizer* tokenizer)

@@ -54,9 +54,15 @@ struct GenerationStats {
   double decode_seconds = 0;   // those passes plus sampling and decoding
   double queue_seconds = 0;    // from submission to the first forward pass
   int64_t preemptions = 0;     // times its cache was taken away for others (then recomputed)
+  int64_t draft_tokens = 0;    // speculative decoding: tokens proposed by the drafter
+  int64_t accepted_tokens = 0; //   and accepted by the model
 
   double prefill_tokens_per_second() const { return prefill_seconds > 0 ? prefill_tokens / prefill_seconds : 0; }
-  double decode_tokens_per_second() const { return decode_seconds > 0 ? decode_steps / decode_seconds : 0; }
+  // Tokens after the first over the time after the first (a verification step with
+  // speculative decoding may give several).
+  double decode_tokens_per_second() const {
+    return decode_seconds > 0 && generated_tokens > 1 ? (generated_tokens - 1) / decode_seconds : 0;
+  }
   // "prompt 12 tokens (8 reused) in 0.010 s (400.0 tok/s); generated 16 tokens in ..."
   std::string Summary() const;
 };
