@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "kernels/probe.h"
 #include "model/model.h"
+#include "cli/bench_spec.h"
 
 namespace m2::cli {
 
@@ -39,6 +40,9 @@ struct BenchOptions {
   int prefix_turns = 0;           // > 0: the prefix-cache conversation
   int64_t prefix_system = 4000;
   bool serving_only = false;      // skip the single-sequence prefill / decode / scaling sections
+  std::string spec = "off";       // lookup: only the speculative-decoding comparison (bench_spec.h)
+  int draft = 4;
+  int spec_tokens = 200;
 };
 
 int Run(const BenchOptions& o) {
@@ -65,6 +69,18 @@ int Run(const BenchOptions& o) {
     contexts->clear();
   }
   if (o.threads > 0) ThreadPool::SetGlobalThreads(o.threads);
+  if (o.spec != "off") {
+    runtime::SpecOptions spec;
+    auto mode = runtime::ParseSpecMode(o.spec);
+    if (!mode.ok()) return Fail(Status(mode.status()).WithContext("--spec"));
+    if (*mode == runtime::SpecMode::kMtp) return Fail(Error("--spec mtp is not available in the engine yet; use lookup"));
+    spec.mode = *mode;
+    spec.draft = o.draft;
+    if (Status st = spec.Validate(); !st.ok()) return Fail(st);
+    auto model = Model::Load(o.model);
+    if (!model.ok()) return Fail(model.status());
+    return RunSpecBench(**model, o.model, spec, o.spec_tokens, o.json);
+  }
   ThreadPool& pool = ThreadPool::Global();
   const int threads = pool.size();
 
@@ -293,6 +309,12 @@ void AddBench(CLI::App& app, Runner& run) {
   cmd->add_flag("--json", o->json, "Print machine-readable JSON");
   cmd->add_flag("!--no-scaling", o->scaling, "Skip the one-thread prefill used to measure thread scaling");
   cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache storage: bf16 (default) or f32");
+  cmd->add_option("--spec", o->spec,
+                  "Only compare speculative decoding (lookup) with plain decoding on code, chat and an edit task, at "
+                  "temperature 0 and 1 (needs the model's tokenizer)");
+  cmd->add_option("--draft", o->draft, "--spec: most tokens drafted per verification (default 4)");
+  cmd->add_option("--spec-tokens", o->spec_tokens, "--spec: tokens generated per case (default 200)")
+      ->check(CLI::Range(2, 100000));
   cmd->add_option("--streams", o->streams,
                   "Batched decode through the serving engine with these stream counts, e.g. 1,4,8,16");
   cmd->add_option("--stream-context", o->stream_context, "Prompt tokens of each stream in --streams (default 128)")

@@ -48,6 +48,7 @@ struct Engine::Seq {
   Sampler* sampler = nullptr;
   std::vector<int32_t> ids;  // prompt, then generated ids (the last one not yet run)
   std::vector<int32_t> draft;  // speculative tokens to verify after ids.back() this step
+  int draft_len = -1;          // current draft length (adapts; -1: not started)
   size_t prompt_len = 0;
   std::unique_ptr<SequenceCache> cache;  // null while waiting
   int64_t registered = 0;                // leading full blocks registered in the prefix cache
@@ -391,7 +392,12 @@ void Engine::Draft(Seq& s) {
   // max_new_tokens and the context.
   const int64_t left = s.req.options.max_new_tokens - static_cast<int64_t>(s.result.tokens.size()) - 1;
   const int64_t room = model_.config().max_position_embeddings - s.cache->length() - 1;
-  const auto most = static_cast<int>(std::clamp<int64_t>(std::min(left, room), 0, sp.draft));
+  // The draft length adapts to the acceptance (AfterVerify): a draft taken whole earns
+  // one more token, one rejected at its first token halves it. Rejected drafts cost
+  // compute (every drafted token is run), so a sequence that keeps diverging from its
+  // context (sampling at a high temperature) drafts little.
+  if (s.draft_len < 0) s.draft_len = sp.draft;
+  const auto most = static_cast<int>(std::clamp<int64_t>(std::min(left, room), 0, std::min(s.draft_len, sp.draft)));
   if (most == 0) return;
   if (sp.mode == SpecMode::kLookup) LookupDraft(s.ids, most, sp.ngram_max, sp.ngram_min, s.draft);
 }
@@ -433,6 +439,8 @@ void Engine::AfterVerify(Seq& s, float* logits) {
   const auto accepted = static_cast<int64_t>(spec_out_.empty() ? 0 : spec_out_.size() - 1);
   s.result.stats.draft_tokens += k;
   s.result.stats.accepted_tokens += accepted;
+  if (accepted == k) s.draft_len = std::min(s.draft_len + 1, kMaxDraft);
+  else if (accepted == 0) s.draft_len = std::max(1, s.draft_len / 2);
   s.draft.clear();
   // Keep the entries of ids.back() and the accepted drafts; the rejected ones go.
   if (Status st = s.cache->Truncate(static_cast<int64_t>(old) + accepted); !st.ok() && error.ok())

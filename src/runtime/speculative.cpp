@@ -39,8 +39,13 @@ void LookupDraft(std::span<const int32_t> ids, int max_tokens, int ngram_max, in
     for (int64_t j = len - n - 1; j >= 0; --j) {
       if (ids[static_cast<size_t>(j)] != suffix[0]) continue;
       if (!std::equal(suffix, suffix + n, ids.data() + j)) continue;
-      const int64_t from = j + n, to = std::min<int64_t>(from + max_tokens, len);
-      out.assign(ids.begin() + from, ids.begin() + to);
+      // The continuation may run into the present and on into the draft itself: a
+      // pattern that repeats with period p (len - j - n) keeps repeating.
+      const int64_t from = j + n;
+      for (int64_t i = 0; i < max_tokens; ++i) {
+        const int64_t at = from + i;
+        out.push_back(at < len ? ids[static_cast<size_t>(at)] : out[static_cast<size_t>(at - len)]);
+      }
       return;
     }
   }

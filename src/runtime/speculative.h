@@ -42,8 +42,10 @@ inline constexpr int kMaxDraft = 16;
 //  1. For n = ngram_max down to ngram_min (n < ids.size()): take the last n ids.
 //  2. Find their most recent earlier occurrence: the largest j with ids[j, j+n) equal to
 //     them and j + n < ids.size() (at least one id follows; the suffix itself excluded).
-//  3. The draft is the ids that followed that occurrence: ids[j+n, min(j+n+max_tokens,
-//     ids.size())). The longest n with a match wins; no match: no draft.
+//  3. The draft is the max_tokens ids that followed that occurrence, c_i = ids[j+n+i],
+//     where an index past the end continues into the draft itself (c_i = c_{i-p} with
+//     p = ids.size() - j - n): text that repeats with period p is drafted repeating.
+//     The longest n with a match wins; no match: no draft.
 // Appends to `out` (cleared first). O(len * n) per call.
 void LookupDraft(std::span<const int32_t> ids, int max_tokens, int ngram_max, int ngram_min,
                  std::vector<int32_t>& out);

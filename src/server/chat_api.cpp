@@ -106,6 +106,37 @@ Status ParseSampling(const Json& body, const runtime::SamplingParams& defaults, 
   return s.Validate();
 }
 
+// "speculative": "lookup" | "off", or {"mode": "lookup" | "off", "draft": 1..16}.
+Status ParseSpec(const Json& body, std::optional<runtime::SpecOptions>& out) {
+  auto it = body.find("speculative");
+  if (it == body.end() || it->is_null()) return Status::Ok();
+  runtime::SpecOptions spec;
+  spec.mode = runtime::SpecMode::kLookup;
+  const Json* mode = nullptr;
+  if (it->is_string()) {
+    mode = &*it;
+  } else if (it->is_object()) {
+    for (const auto& [k, v] : it->items())
+      if (k != "mode" && k != "draft")
+        return Error("speculative: unknown field '{}' (expected mode and draft)", k);
+    if (auto m = it->find("mode"); m != it->end()) mode = &*m;
+    auto draft = Integer(*it, "draft", 1, runtime::kMaxDraft);
+    if (!draft.ok()) return Error("speculative.{}", draft.status().message());
+    if (*draft) spec.draft = static_cast<int>(**draft);
+  } else {
+    return Error("speculative: expected \"lookup\", \"off\" or an object {{\"mode\", \"draft\"}}, found {}", TypeName(*it));
+  }
+  if (mode != nullptr) {
+    if (!mode->is_string()) return Error("speculative.mode: expected a string, found {}", TypeName(*mode));
+    M2_ASSIGN_OR_RETURN(spec.mode, runtime::ParseSpecMode(mode->get<std::string>()));
+    if (spec.mode == runtime::SpecMode::kMtp)
+      return Error("speculative: mtp is not available in this server yet; use \"lookup\" or \"off\"");
+  }
+  M2_RETURN_IF_ERROR(spec.Validate());
+  out = spec;
+  return Status::Ok();
+}
+
 Status CheckObject(const Json& body) {
   if (!body.is_object()) return Error("the request body must be a JSON object, found {}", TypeName(body));
   return Status::Ok();
@@ -227,6 +258,7 @@ Result<ChatJob> ParseOpenAIChat(const Json& body, const runtime::SamplingParams&
   M2_RETURN_IF_ERROR(ParseOpenAITools(body, job));
   M2_ASSIGN_OR_RETURN(job.parallel_tool_calls, Bool(body, "parallel_tool_calls", true));
   M2_RETURN_IF_ERROR(ParseSampling(body, defaults, job.sampling));
+  M2_RETURN_IF_ERROR(ParseSpec(body, job.spec));
   M2_ASSIGN_OR_RETURN(auto n, Integer(body, "n", INT64_MIN, INT64_MAX));
   if (n && *n != 1) return Error("n: only 1 choice per request is supported, found {}", *n);
   M2_ASSIGN_OR_RETURN(auto mct, Integer(body, "max_completion_tokens", INT64_MIN, INT64_MAX));
@@ -392,6 +424,7 @@ Result<ChatJob> ParseAnthropicMessages(const Json& body, const runtime::Sampling
       return Error("tool_choice: the request offers no tool named '{}'", job.tool_name);
   }
   M2_RETURN_IF_ERROR(ParseSampling(body, defaults, job.sampling));
+  M2_RETURN_IF_ERROR(ParseSpec(body, job.spec));
   M2_ASSIGN_OR_RETURN(job.max_tokens, Integer(body, "max_tokens", INT64_MIN, INT64_MAX));
   if (job.max_tokens && *job.max_tokens < 1) return Error("max_tokens: expected at least 1, found {}", *job.max_tokens);
   M2_ASSIGN_OR_RETURN(job.stop, StopList(body, "stop_sequences"));
@@ -422,6 +455,7 @@ Result<CompletionJob> ParseOpenAICompletion(const Json& body, const runtime::Sam
   runtime::SamplingParams s;
   M2_RETURN_IF_ERROR(ParseSampling(body, defaults, s));
   job.sampling = s;
+  M2_RETURN_IF_ERROR(ParseSpec(body, job.spec));
   M2_ASSIGN_OR_RETURN(auto n, Integer(body, "n", INT64_MIN, INT64_MAX));
   if (n && *n != 1) return Error("n: only 1 choice per request is supported, found {}", *n);
   M2_ASSIGN_OR_RETURN(job.max_tokens, Integer(body, "max_tokens", INT64_MIN, INT64_MAX));

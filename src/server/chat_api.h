@@ -30,6 +30,7 @@
 #include "chat/py_format.h"
 #include "chat/tool_schema.h"
 #include "runtime/sampler.h"
+#include "runtime/speculative.h"
 
 namespace m2::server {
 
@@ -52,6 +53,9 @@ struct ChatJob {
   bool include_usage = false;  // OpenAI stream_options.include_usage
   int top_logprobs = -1;       // -1: no logprobs
   chat::ChatTemplateOptions template_options;
+  // "speculative": "lookup" | "off" or {"mode": ..., "draft": N} (an extension, as
+  // llama.cpp's server takes speculative settings per request); unset: the server's --spec.
+  std::optional<runtime::SpecOptions> spec;
 };
 
 // `defaults`: the server's sampling defaults (generation_config.json); request fields win.
@@ -73,6 +77,7 @@ struct CompletionJob {
   bool stream = false;
   bool include_usage = false;
   bool echo = false;
+  std::optional<runtime::SpecOptions> spec;  // as in ChatJob
 };
 Result<CompletionJob> ParseOpenAICompletion(const chat::Json& body, const runtime::SamplingParams& defaults);
 

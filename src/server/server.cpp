@@ -165,7 +165,7 @@ struct Server::Impl {
   void Generate(const httplib::Request& req, httplib::Response& res, const std::string& endpoint,
                 std::vector<int32_t> ids, runtime::SamplingParams sampling, std::optional<int64_t> max_tokens,
                 std::vector<std::string> stop, int top_logprobs, std::shared_ptr<ChatReply> reply, bool stream,
-                Api api, std::vector<std::string> tool_names = {}) {
+                Api api, std::optional<runtime::SpecOptions> spec, std::vector<std::string> tool_names = {}) {
     const int64_t ctx = model.config().max_position_embeddings;
     const auto n = static_cast<int64_t>(ids.size());
     if (n >= ctx) {
@@ -189,6 +189,7 @@ struct Server::Impl {
     runtime::Request r;
     r.prompt = std::move(ids);
     r.sampling = sampling;
+    r.spec = spec;
     r.options.max_new_tokens = max_tokens.value_or(ctx - n);
     r.options.eos_ids = o.eos_ids;
     r.options.stop_strings = std::move(stop);
@@ -368,7 +369,7 @@ struct Server::Impl {
     rc.tokenizer = job->top_logprobs >= 0 ? &tok : nullptr;
     auto reply = std::make_shared<ChatReply>(rc, job->toolset, forced);
     Generate(req, res, endpoint, std::move(*ids), job->sampling, job->max_tokens, job->stop, job->top_logprobs, reply,
-             job->stream, api, std::move(constrained_names));
+             job->stream, api, job->spec, std::move(constrained_names));
   }
 
   void Completion(const httplib::Request& req, httplib::Response& res) {
@@ -389,7 +390,7 @@ struct Server::Impl {
     rc.prompt_tokens = static_cast<int64_t>(ids->size());
     auto reply = std::make_shared<ChatReply>(rc, chat::ToolSet(), "");
     Generate(req, res, endpoint, std::move(*ids), job->sampling, job->max_tokens.value_or(16), job->stop, -1, reply,
-             job->stream, Api::kOpenAI);
+             job->stream, Api::kOpenAI, job->spec);
   }
 
   void CountTokens(const httplib::Request& req, httplib::Response& res) {

@@ -24,20 +24,22 @@ std::vector<int32_t> Draft(std::vector<int32_t> ids, int max, int nmax = 3, int 
 
 TEST(LookupDraft, ContinuesTheMostRecentEarlierOccurrenceOfTheLongestSuffix) {
   EXPECT_EQ(Draft({1, 2, 3, 9, 1, 2, 3}, 3), (std::vector<int32_t>{9, 1, 2}));
-  EXPECT_EQ(Draft({1, 2, 3, 9, 1, 2, 3}, 8), (std::vector<int32_t>{9, 1, 2, 3}));  // up to the end
+  // Past the end the continuation repeats (period 4 here).
+  EXPECT_EQ(Draft({1, 2, 3, 9, 1, 2, 3}, 8), (std::vector<int32_t>{9, 1, 2, 3, 9, 1, 2, 3}));
   // Two occurrences of the suffix [1, 2]: the later one's continuation.
   EXPECT_EQ(Draft({1, 2, 7, 1, 2, 8, 1, 2}, 1, 2), (std::vector<int32_t>{8}));
   // The longest n-gram wins over a more recent shorter match.
   EXPECT_EQ(Draft({4, 1, 2, 5, 3, 1, 2, 6, 4, 1, 2}, 2), (std::vector<int32_t>{5, 3}));
   // Falls back to shorter n-grams, down to ngram_min.
   EXPECT_EQ(Draft({7, 8, 9, 5, 9}, 2), (std::vector<int32_t>{5, 9}));
+  EXPECT_EQ(Draft({7, 8, 9, 5, 9}, 3), (std::vector<int32_t>{5, 9, 5}));
   EXPECT_TRUE(Draft({7, 8, 9, 5, 9}, 2, 3, 2).empty());
   // No earlier occurrence, too short, or no room: no draft.
   EXPECT_TRUE(Draft({1, 2, 3}, 4).empty());
   EXPECT_TRUE(Draft({5}, 4).empty());
   EXPECT_TRUE(Draft({1, 1, 1}, 0).empty());
   // A run of one id: the suffix's previous occurrence overlaps it.
-  EXPECT_EQ(Draft({3, 3, 3, 3}, 4), (std::vector<int32_t>{3}));
+  EXPECT_EQ(Draft({3, 3, 3, 3}, 4), (std::vector<int32_t>{3, 3, 3, 3}));
 }
 
 TEST(SpecOptions, BadSettingsAreErrorsNamingThem) {

@@ -150,6 +150,33 @@ TEST(ChatApi, SamplingFieldsAndDefaults) {
   EXPECT_FALSE(d->max_tokens.has_value());
 }
 
+// The speculative-decoding extension field, per request, on every endpoint.
+TEST(ChatApi, SpeculativeFieldPerRequest) {
+  auto none = ParseOpenAIChat(J(R"({"messages":[{"role":"user","content":"x"}]})"), Defaults());
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->spec.has_value());  // the server's --spec applies
+  auto s = ParseOpenAIChat(J(R"({"messages":[{"role":"user","content":"x"}],"speculative":"lookup"})"), Defaults());
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  ASSERT_TRUE(s->spec.has_value());
+  EXPECT_EQ(s->spec->mode, runtime::SpecMode::kLookup);
+  auto o = ParseAnthropicMessages(
+      J(R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"}],"speculative":{"mode":"off","draft":7}})"),
+      Defaults());
+  ASSERT_TRUE(o.ok()) << o.status().message();
+  EXPECT_EQ(o->spec->mode, runtime::SpecMode::kOff);
+  auto c = ParseOpenAICompletion(J(R"({"prompt":"x","speculative":{"draft":6}})"), Defaults());
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->spec->mode, runtime::SpecMode::kLookup);
+  EXPECT_EQ(c->spec->draft, 6);
+  for (const char* bad : {R"("medusa")", R"({"draft":0})", R"({"draft":99})", R"({"mode":"lookup","n":3})", "5",
+                          R"("mtp")"}) {
+    auto b = ParseOpenAIChat(J((std::string(R"({"messages":[{"role":"user","content":"x"}],"speculative":)") + bad + "}").c_str()),
+                             Defaults());
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_NE(b.status().message().find("speculative"), std::string::npos) << b.status().message();
+  }
+}
+
 std::vector<std::string> EventNames(const std::string& sse) {
   std::vector<std::string> out;
   size_t p = 0;
