@@ -18,7 +18,8 @@ double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::d
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-TokenLogprobs ComputeLogprobs(const float* logits, int64_t V, int32_t token, int top) {
+// `idx`: scratch, kept by the caller between tokens (no V-sized allocation per token).
+TokenLogprobs ComputeLogprobs(const float* logits, int64_t V, int32_t token, int top, std::vector<int32_t>& idx) {
   double m = -INFINITY;
   for (int64_t i = 0; i < V; ++i) m = std::max<double>(m, logits[i]);
   double sum = 0;
@@ -28,7 +29,7 @@ TokenLogprobs ComputeLogprobs(const float* logits, int64_t V, int32_t token, int
   out.token = token;
   out.logprob = static_cast<float>(logits[token] - lse);
   if (top > 0) {
-    std::vector<int32_t> idx(static_cast<size_t>(V));
+    idx.resize(static_cast<size_t>(V));
     for (int64_t i = 0; i < V; ++i) idx[static_cast<size_t>(i)] = static_cast<int32_t>(i);
     const auto k = static_cast<size_t>(std::min<int64_t>(top, V));
     std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(), [&](int32_t a, int32_t b) {
@@ -374,13 +375,15 @@ void Engine::AfterForward(Seq& s, int64_t ran, float* logits) {
   }
   (void)ran;
   const bool want_lp = s.req.top_logprobs >= 0 && s.req.on_logprobs;
-  std::vector<float> raw;  // logprobs are of the model's own row
+  std::vector<float>& raw = raw_scratch_;  // logprobs are of the model's own row
+  raw.clear();
   if (want_lp && s.req.logits_processor) raw.assign(logits, logits + V);
   if (s.req.logits_processor)
     s.req.logits_processor(std::span<float>(logits, static_cast<size_t>(V)),
                            std::span<const int32_t>(s.ids.data() + s.prompt_len, s.ids.size() - s.prompt_len));
   const int32_t next = s.sampler->Sample(std::span<const float>(logits, static_cast<size_t>(V)), s.ids);
-  if (want_lp) s.req.on_logprobs(ComputeLogprobs(raw.empty() ? logits : raw.data(), V, next, s.req.top_logprobs));
+  if (want_lp)
+    s.req.on_logprobs(ComputeLogprobs(raw.empty() ? logits : raw.data(), V, next, s.req.top_logprobs, lp_scratch_));
   EmitToken(s, next);
 }
 
@@ -411,7 +414,8 @@ void Engine::AfterVerify(Seq& s, float* logits) {
   const bool want_lp = s.req.top_logprobs >= 0 && s.req.on_logprobs;
   spec_out_.clear();
   spec_lp_.clear();
-  std::vector<float> raw;
+  std::vector<float>& raw = raw_scratch_;
+  raw.clear();
   Status error;
   // Position j's row is drawn from exactly as plain decoding would draw it there (the
   // accepted drafts are in s.ids for penalties and processors); see speculative.h.
@@ -430,7 +434,8 @@ void Engine::AfterVerify(Seq& s, float* logits) {
       s.req.logits_processor(std::span<float>(row, static_cast<size_t>(V)),
                              std::span<const int32_t>(s.ids.data() + s.prompt_len, s.ids.size() - s.prompt_len));
     const int32_t x = s.sampler->Sample(std::span<const float>(row, static_cast<size_t>(V)), s.ids);
-    if (want_lp) spec_lp_.push_back(ComputeLogprobs(raw.empty() ? row : raw.data(), V, x, s.req.top_logprobs));
+    if (want_lp)
+      spec_lp_.push_back(ComputeLogprobs(raw.empty() ? row : raw.data(), V, x, s.req.top_logprobs, lp_scratch_));
     spec_out_.push_back(x);
     s.ids.push_back(x);
     if (j == k || x != s.draft[static_cast<size_t>(j)]) break;
@@ -466,7 +471,8 @@ int64_t Engine::FitTokens(const Seq& s, int64_t n, int64_t free_blocks) const {
 }
 
 bool Engine::Step() {
-  std::unordered_set<uint64_t> cancel;
+  std::unordered_set<uint64_t>& cancel = cancel_scratch_;
+  cancel.clear();
   bool all = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -496,8 +502,10 @@ bool Engine::Step() {
   int64_t budget = options_.max_batch_tokens, reserved = 0;
   scheduled_.clear();
   scheduled_tokens_.clear();
-  std::vector<int64_t> needs;
-  std::vector<Seq*> order;
+  std::vector<int64_t>& needs = needs_;
+  std::vector<Seq*>& order = order_;
+  needs.clear();
+  order.clear();
   for (auto& s : running_) s->draft.clear();  // drafts are proposed again below for those scheduled
   for (auto& s : running_)
     if (s->remaining() == 1) order.push_back(s.get());

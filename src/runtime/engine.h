@@ -236,6 +236,11 @@ class Engine {
   std::vector<int64_t> scheduled_tokens_;
   std::vector<int64_t> scheduled_rows_;  // logits rows each scheduled sequence gets
   std::vector<int32_t> spec_out_;
+  std::vector<int64_t> needs_;
+  std::vector<Seq*> order_;
+  std::unordered_set<uint64_t> cancel_scratch_;
+  std::vector<float> raw_scratch_;
+  std::vector<int32_t> lp_scratch_;
   std::vector<TokenLogprobs> spec_lp_;
   std::vector<float> logits_;
 };
