@@ -17,7 +17,7 @@ for f in testdata/golden/*/*.safetensors; do
 done
 cp testdata/golden/*/config.json build-fuzz/corpus/config/ 2>/dev/null || true
 for d in testdata/golden/*/; do cp "$d/config.json" "build-fuzz/corpus/config/$(basename "$d").json"; done
-cp ../shared/reference/minimax-m2/config.json build-fuzz/corpus/config/reference.json 2>/dev/null || true
+cp testdata/reference/minimax-m2/config.json build-fuzz/corpus/config/reference.json
 # Requests: the chat conversations of the template tests, and OpenAI / Anthropic shapes.
 i=0
 for f in testdata/chat/*.json; do cp "$f" "build-fuzz/corpus/request/chat$i.json"; i=$((i + 1)); done 2>/dev/null || true

@@ -1,6 +1,6 @@
 // The MiniMax-M2 chat format: a native renderer of the official Jinja template
-// (shared/reference/minimax-m2/chat_template.jinja), byte-identical to jinja2 rendering it
-// the way transformers does (shared/reference/README.md).
+// (testdata/reference/minimax-m2/chat_template.jinja), byte-identical to jinja2 rendering it
+// the way transformers does (testdata/reference/README.md).
 //
 //   ]~!b[]~b]system\n{system or model_identity}[\nCurrent date: ..][\nCurrent location: ..]
 //       [\n\n# Tools ... <tools>\n<tool>{json}</tool>\n...</tools> ... </minimax:tool_call>][e~[\n

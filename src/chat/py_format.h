@@ -5,7 +5,7 @@
 //   - `{{ x }}` prints str(x): strings raw, True/False/None, floats by repr, and dicts/lists
 //     through repr() of their items ({'a': 1, 'b': [None, True]});
 //   - the `tojson` filter, which transformers defines as json.dumps(x, ensure_ascii=False)
-//     with the default separators ", " and ": " (shared/reference/README.md);
+//     with the default separators ", " and ": " (testdata/reference/README.md);
 //   - truthiness in `{% if x %}` (empty string/list/dict, 0, 0.0, None and False are false).
 // The values are nlohmann::ordered_json so that object keys keep the request's order, as a
 // Python dict does (std::map-backed nlohmann::json would sort them and change the bytes).

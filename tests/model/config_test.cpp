@@ -9,7 +9,7 @@ namespace {
 using json = nlohmann::json;
 
 json Reference() {
-  auto j = ReadJsonFile("../shared/reference/minimax-m2/config.json");
+  auto j = ReadJsonFile("testdata/reference/minimax-m2/config.json");
   EXPECT_TRUE(j.ok()) << j.status().message();
   return j.ok() ? *j : json::object();
 }

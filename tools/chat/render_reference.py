@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Renders every conversation of testdata/chat/render_cases.json with the official
-MiniMax-M2 chat template and jinja2, exactly as shared/reference/README.md says transformers
+MiniMax-M2 chat template and jinja2, exactly as testdata/reference/README.md says transformers
 does, and writes the expected outputs the C++ renderer is tested against:
 
   testdata/chat/rendered/<name>.txt        the prompt, byte for byte
@@ -23,8 +23,8 @@ from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-TEMPLATE = ROOT.parent / "shared" / "reference" / "minimax-m2" / "chat_template.jinja"
-TEMPLATE_SHA256_PREFIX = "967ff7e3"  # shared/reference/README.md
+TEMPLATE = ROOT / "testdata" / "reference" / "minimax-m2" / "chat_template.jinja"
+TEMPLATE_SHA256_PREFIX = "967ff7e3"  # testdata/reference/README.md
 CASES = ROOT / "testdata" / "chat" / "render_cases.json"
 OUT = ROOT / "testdata" / "chat" / "rendered"
 

@@ -17,7 +17,7 @@ sys.path.insert(0, HERE)
 import chatdata  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(HERE))
-OFFICIAL = os.path.normpath(os.path.join(REPO, "..", "shared", "reference", "minimax-m2", "chat_template.jinja"))
+OFFICIAL = os.path.join(REPO, "testdata", "reference", "minimax-m2", "chat_template.jinja")
 
 W = {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city.",
                                       "parameters": {"type": "object", "properties": {
