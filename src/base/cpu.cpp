@@ -4,6 +4,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
+
+#include "base/check.h"
 
 namespace m2 {
 
@@ -66,14 +69,36 @@ const CpuFeatures& Cpu() {
   return f;
 }
 
+Result<KernelIsa> ResolveKernelIsa(const char* m2_kernels, const CpuFeatures& cpu) {
+  const KernelIsa best = cpu.has_avx512() ? KernelIsa::kAvx512 : cpu.has_avx2() ? KernelIsa::kAvx2 : KernelIsa::kPortable;
+  if (m2_kernels == nullptr || *m2_kernels == '\0') return best;
+  const std::string v = m2_kernels;
+  KernelIsa want;
+  if (v == "portable") want = KernelIsa::kPortable;
+  else if (v == "avx2") want = KernelIsa::kAvx2;
+  else if (v == "avx512") want = KernelIsa::kAvx512;
+  else return Error("M2_KERNELS: expected portable, avx2 or avx512 (or unset for the best this CPU has), found '{}'", v);
+  if (want == KernelIsa::kAvx512 && !cpu.has_avx512())
+    return Error("M2_KERNELS=avx512, but this CPU lacks AVX-512 (the avx512 kernels need avx512f, avx512bw, avx512vl, fma "
+                 "and f16c; it has: {}); use avx2 or portable, or unset it",
+                 cpu.Describe());
+  if (want == KernelIsa::kAvx2 && !cpu.has_avx2())
+    return Error("M2_KERNELS=avx2, but this CPU lacks AVX2 (the avx2 kernels need avx2, fma and f16c; it has: {}); use "
+                 "portable, or unset it",
+                 cpu.Describe());
+  return want;
+}
+
+Status CheckKernelsEnv() {
+  auto isa = ResolveKernelIsa(std::getenv("M2_KERNELS"), Cpu());
+  return isa.ok() ? Status() : isa.status();
+}
+
 KernelIsa ActiveIsa() {
   static const KernelIsa isa = [] {
-    KernelIsa best = Cpu().has_avx512() ? KernelIsa::kAvx512 : Cpu().has_avx2() ? KernelIsa::kAvx2 : KernelIsa::kPortable;
-    if (const char* env = std::getenv("M2_KERNELS")) {
-      if (std::strcmp(env, "portable") == 0) best = KernelIsa::kPortable;
-      else if (std::strcmp(env, "avx2") == 0 && best == KernelIsa::kAvx512) best = KernelIsa::kAvx2;
-    }
-    return best;
+    auto r = ResolveKernelIsa(std::getenv("M2_KERNELS"), Cpu());
+    M2_CHECK(r.ok(), "{}", r.status().message());
+    return *r;
   }();
   return isa;
 }

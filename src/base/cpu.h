@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "base/status.h"
+
 namespace m2 {
 
 struct CpuFeatures {
@@ -16,9 +18,17 @@ struct CpuFeatures {
 
 const CpuFeatures& Cpu();
 
-// Which kernel family runs: "avx512", "avx2" or "portable". M2_KERNELS=avx2|portable in
-// the environment forces a lower one (for testing the fallbacks on a bigger CPU).
+// Which kernel family runs: "avx512", "avx2" or "portable", the best this CPU has unless
+// M2_KERNELS in the environment names one (for testing the other paths on a bigger CPU).
+// M2_KERNELS unset or empty: the best. A value that is not one of the three, or a family
+// this CPU lacks, is an error (ResolveKernelIsa), never silently replaced by another.
 enum class KernelIsa { kPortable, kAvx2, kAvx512 };
+// The family for an M2_KERNELS value (nullptr or "": unset) on a CPU with `cpu`.
+Result<KernelIsa> ResolveKernelIsa(const char* m2_kernels, const CpuFeatures& cpu);
+// Checks the environment's M2_KERNELS; programs call it at start to report a bad value as
+// an error. ActiveIsa() stops the program (a check failure with the same message) if
+// nobody did.
+Status CheckKernelsEnv();
 KernelIsa ActiveIsa();
 const char* IsaName(KernelIsa isa);
 

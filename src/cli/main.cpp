@@ -1,6 +1,7 @@
 // m2: run MiniMax-M2 family models. `m2 --help` lists the subcommands.
 #include <cstdio>
 
+#include "base/cpu.h"
 #include "cli/commands.h"
 
 int main(int argc, char** argv) {
@@ -26,5 +27,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  return run ? run() : 0;
+  if (!run) return 0;
+  // M2_KERNELS is read by the kernels on first use; a bad value is an error here, before
+  // any work, rather than a check failure in the middle of it.
+  if (const m2::Status st = m2::CheckKernelsEnv(); !st.ok()) return m2::cli::Fail(st);
+  return run();
 }

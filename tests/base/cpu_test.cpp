@@ -1,0 +1,56 @@
+// M2_KERNELS: the three family names pick that family when the CPU has it; anything else,
+// or a family the CPU lacks, is an error that names the choices (never a silent fallback).
+#include "base/cpu.h"
+
+#include <gtest/gtest.h>
+
+namespace m2 {
+namespace {
+
+CpuFeatures Avx2Only() {
+  CpuFeatures f;
+  f.avx2 = f.fma = f.f16c = true;
+  return f;
+}
+CpuFeatures WithAvx512() {
+  CpuFeatures f = Avx2Only();
+  f.avx512f = f.avx512bw = f.avx512vl = true;
+  return f;
+}
+
+TEST(KernelsEnv, UnsetOrEmptyPicksTheBest) {
+  EXPECT_EQ(*ResolveKernelIsa(nullptr, WithAvx512()), KernelIsa::kAvx512);
+  EXPECT_EQ(*ResolveKernelIsa("", Avx2Only()), KernelIsa::kAvx2);
+  EXPECT_EQ(*ResolveKernelIsa(nullptr, CpuFeatures{}), KernelIsa::kPortable);
+}
+
+TEST(KernelsEnv, NamesForceThatFamily) {
+  EXPECT_EQ(*ResolveKernelIsa("portable", WithAvx512()), KernelIsa::kPortable);
+  EXPECT_EQ(*ResolveKernelIsa("avx2", WithAvx512()), KernelIsa::kAvx2);
+  EXPECT_EQ(*ResolveKernelIsa("avx512", WithAvx512()), KernelIsa::kAvx512);
+  EXPECT_EQ(*ResolveKernelIsa("avx2", Avx2Only()), KernelIsa::kAvx2);
+  EXPECT_EQ(*ResolveKernelIsa("portable", CpuFeatures{}), KernelIsa::kPortable);
+}
+
+TEST(KernelsEnv, UnknownValueIsAnErrorNamingTheChoices) {
+  for (const char* bad : {"AVX2", "avx-512", "sse", "avx2 ", "auto"}) {
+    auto r = ResolveKernelIsa(bad, WithAvx512());
+    ASSERT_FALSE(r.ok()) << bad;
+    const std::string& m = r.status().message();
+    EXPECT_NE(m.find("M2_KERNELS"), std::string::npos) << m;
+    EXPECT_NE(m.find("portable, avx2 or avx512"), std::string::npos) << m;
+    EXPECT_NE(m.find(std::string("'") + bad + "'"), std::string::npos) << m;
+  }
+}
+
+TEST(KernelsEnv, AFamilyTheCpuLacksIsAnError) {
+  auto r = ResolveKernelIsa("avx512", Avx2Only());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("lacks AVX-512"), std::string::npos) << r.status().message();
+  r = ResolveKernelIsa("avx2", CpuFeatures{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("lacks AVX2"), std::string::npos) << r.status().message();
+}
+
+}  // namespace
+}  // namespace m2
