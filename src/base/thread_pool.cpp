@@ -1,9 +1,19 @@
 #include "base/thread_pool.h"
 
+#include <linux/futex.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <climits>
 #include <memory>
+#include <mutex>
+
+#include "base/check.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -18,31 +28,61 @@ inline void Pause() {
 #endif
 }
 
+// The futex word is the atomic's own storage (std::atomic<uint32_t> is a plain 32-bit
+// word on Linux; checked below).
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+void FutexWait(std::atomic<uint32_t>& word, uint32_t expected) {
+  // Returns at once if the word no longer holds `expected` (EAGAIN); callers re-check.
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr, 0);
+}
+void FutexWakeAll(std::atomic<uint32_t>& word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+
+using Clock = std::chrono::steady_clock;
+
+// Ticket fields (thread_pool.h).
+constexpr int kIndexBits = 20, kGenShift = 40;
+constexpr uint64_t kFieldMask = (uint64_t{1} << kIndexBits) - 1;
+constexpr uint64_t kGenMask = (uint64_t{1} << 24) - 1;
+uint64_t Gen(uint64_t t) { return (t >> kGenShift) & kGenMask; }
+uint64_t Count(uint64_t t) { return (t >> kIndexBits) & kFieldMask; }
+uint64_t Index(uint64_t t) { return t & kFieldMask; }
+
+// Spinning. A worker spins at most kMaxSpinMicros for the next job (adapted down to
+// kMinSpinMicros, see WorkerLoop); after kPauseOnlyMicros of a spin, worker or caller,
+// each round also yields the core to any other runnable thread on it (sched_yield
+// returns at once when there is none).
+constexpr int kMaxSpinMicros = 500, kMinSpinMicros = 10, kPauseOnlyMicros = 20;
+// A caller waiting for chunks that other threads are running spins this long (yielding
+// after kPauseOnlyMicros), then sleeps until the last one ends.
+constexpr int kCallerSpinMicros = 2000;
+// A worker that finds this many jobs in a row already fully taken halves its spin.
+constexpr int kMissesBeforeBackoff = 4;
+
+// Calls done() until it holds or `micros` pass; false if it never held.
+template <class Done>
+bool SpinUntil(int micros, const Done& done) {
+  if (done()) return true;
+  const auto start = Clock::now();
+  const auto pause_only = start + std::chrono::microseconds(kPauseOnlyMicros);
+  const auto limit = start + std::chrono::microseconds(micros);
+  for (;;) {
+    for (int k = 0; k < 64; ++k) {
+      if (done()) return true;
+      Pause();
+    }
+    const auto now = Clock::now();
+    if (now > limit) return done();
+    if (now > pause_only) sched_yield();
+  }
+}
+
 std::unique_ptr<ThreadPool>& GlobalSlot() {
   static std::unique_ptr<ThreadPool> pool;
   return pool;
 }
 std::mutex g_global_mu;
-
-// Chunk `i` of `parts` over [0, n), boundaries rounded to `grain`.
-std::pair<int64_t, int64_t> Chunk(int64_t n, int64_t grain, int i, int parts) {
-  const int64_t units = (n + grain - 1) / grain;
-  const int64_t b = units * i / parts * grain, e = units * (i + 1) / parts * grain;
-  return {std::min(b, n), std::min(e, n)};
-}
-// Calls done() until it holds or `micros` pass; false if it never held.
-template <class Done>
-bool SpinUntil(int micros, const Done& done) {
-  if (done()) return true;
-  const auto limit = std::chrono::steady_clock::now() + std::chrono::microseconds(micros);
-  for (int i = 1;; ++i) {
-    for (int k = 0; k < 16; ++k) {
-      if (done()) return true;
-      Pause();
-    }
-    if (i % 8 == 0 && std::chrono::steady_clock::now() > limit) return done();
-  }
-}
 }  // namespace
 
 int AvailableCores() {
@@ -53,69 +93,100 @@ int AvailableCores() {
 
 ThreadPool::ThreadPool(int threads) {
   if (threads <= 0) threads = AvailableCores();
+  M2_CHECK(threads <= 4096, "ThreadPool: at most 4096 threads");  // keeps the ticket's fields apart
+  // Workers take no signals: they are created with every signal blocked (a new thread
+  // inherits its creator's mask), so a process's SIGINT / SIGTERM handling (m2 serve's
+  // signal thread, chat's Ctrl-C) is not bypassed by a worker that happens to get one.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
 ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-    generation_.store(kStopGeneration, std::memory_order_release);  // ends the spinners too
-  }
-  start_cv_.notify_all();
+  stop_.store(true);
+  wake_.fetch_add(1);
+  FutexWakeAll(wake_);
   for (auto& t : workers_) t.join();
+}
+
+uint64_t ThreadPool::RunChunks(int thread, int* ran) {
+  for (;;) {
+    const uint64_t t = ticket_.fetch_add(1, std::memory_order_acq_rel);
+    const uint64_t i = Index(t);
+    if (i >= Count(t)) return t;
+    // A successful claim: the job's fields are those published with this ticket, and
+    // stay valid until this chunk is counted off below.
+    const int64_t b = static_cast<int64_t>(i) * chunk_, e = std::min(n_, b + chunk_);
+    call_(job_, b, e, thread);
+    ++*ran;
+    if (remaining_.fetch_sub(1) == 1 && caller_sleeping_.load() != 0) FutexWakeAll(remaining_);
+  }
+}
+
+void ThreadPool::WaitForChunks() {
+  const auto done = [this] { return remaining_.load(std::memory_order_acquire) == 0; };
+  if (SpinUntil(kCallerSpinMicros, done)) return;
+  caller_sleeping_.store(1);
+  for (uint32_t r; (r = remaining_.load()) != 0;) FutexWait(remaining_, r);
+  caller_sleeping_.store(0);
 }
 
 void ThreadPool::Run(int64_t n, int64_t grain, Trampoline call, const void* fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
-  const int parts = size();
-  if (parts == 1 || n <= grain) {
+  const int64_t units = (n + grain - 1) / grain;
+  const int threads = size();
+  if (threads == 1 || units == 1) {
     call(fn, 0, n, 0);
     return;
   }
+  const int64_t per = (units + threads * int64_t{kChunksPerThread} - 1) / (threads * int64_t{kChunksPerThread});
+  const int64_t chunks = (units + per - 1) / per;  // <= 4 * 4096: fits the ticket's fields
   call_ = call;
   job_ = fn;
   n_ = n;
-  grain_ = grain;
-  pending_.store(parts - 1, std::memory_order_relaxed);
-  bool wake = false;
-  {
-    // Under the lock, so a worker that is about to sleep either sees the new generation
-    // or is counted in sleeping_workers_ and gets the notification.
-    std::lock_guard<std::mutex> lock(mu_);
-    generation_.fetch_add(1, std::memory_order_release);
-    wake = sleeping_workers_ > 0;
+  chunk_ = per * grain;
+  remaining_.store(static_cast<uint32_t>(chunks), std::memory_order_relaxed);
+  const uint64_t gen = (Gen(ticket_.load(std::memory_order_relaxed)) + 1) & kGenMask;
+  ticket_.store(gen << kGenShift | static_cast<uint64_t>(chunks) << kIndexBits);  // seq_cst: see WorkerLoop
+  if (sleepers_.load() > 0 && sleepers_.exchange(0) > 0) {
+    wake_.fetch_add(1);
+    FutexWakeAll(wake_);
   }
-  if (wake) start_cv_.notify_all();
-  const auto [b, e] = Chunk(n, grain, 0, parts);
-  if (b < e) call(fn, b, e, 0);
-  if (!SpinUntil(kSpinMicros, [this] { return pending_.load(std::memory_order_acquire) == 0; })) {
-    std::unique_lock<std::mutex> lock(mu_);
-    caller_sleeping_ = true;
-    done_cv_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
-    caller_sleeping_ = false;
-  }
+  int ran = 0;
+  RunChunks(0, &ran);
+  WaitForChunks();
   job_ = nullptr;
 }
 
 void ThreadPool::WorkerLoop(int index) {
-  uint64_t seen = 0;
+  uint64_t seen = 0;  // generation of the last job this worker took part in
+  int spin_micros = kMaxSpinMicros, misses = 0;
   for (;;) {
-    if (!SpinUntil(kSpinMicros, [&] { return generation_.load(std::memory_order_acquire) != seen; })) {
-      std::unique_lock<std::mutex> lock(mu_);
-      ++sleeping_workers_;
-      start_cv_.wait(lock, [&] { return stop_ || generation_.load(std::memory_order_acquire) != seen; });
-      --sleeping_workers_;
-      if (stop_) return;
+    const auto new_job = [&] { return Gen(ticket_.load(std::memory_order_acquire)) != seen || stop_.load(std::memory_order_relaxed); };
+    if (!SpinUntil(spin_micros, new_job)) {
+      // Sleep. Either the caller's seq_cst ticket store comes first in the total order
+      // (and the load below sees the new job), or its read of sleepers_ comes after our
+      // increment (and it bumps wake_ after our read of it, so the futex wait returns).
+      const uint32_t w = wake_.load();
+      sleepers_.fetch_add(1);
+      if (Gen(ticket_.load()) == seen && !stop_.load()) FutexWait(wake_, w);
+      continue;
     }
-    seen = generation_.load(std::memory_order_acquire);
-    if (seen == kStopGeneration) return;
-    const auto [b, e] = Chunk(n_, grain_, index, size());
-    if (b < e) call_(job_, b, e, index);
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (caller_sleeping_) done_cv_.notify_one();
+    if (stop_.load()) return;
+    int ran = 0;
+    seen = Gen(RunChunks(index, &ran));
+    // Back off when spinning does not pay: jobs keep being over by the time this worker
+    // looks (its core is busy elsewhere), so spin for less and sleep sooner. Running a
+    // chunk earns the spin back.
+    if (ran > 0) {
+      misses = 0;
+      spin_micros = std::min(kMaxSpinMicros, spin_micros * 2);
+    } else if (++misses >= kMissesBeforeBackoff) {
+      misses = 0;
+      spin_micros = std::max(kMinSpinMicros, spin_micros / 2);
     }
   }
 }

@@ -1,12 +1,26 @@
 // m2 bench: prefill and decode speed, reported against the machine's own ceilings
-// measured in the same run (read bandwidth for decode, fp32 FMA peak for prefill).
+// measured in the same run (read bandwidth for decode, fp32 FMA peak for prefill), with
+// best, median, mean and standard deviation over the repetitions. A phase that fails is
+// reported as failed (and the command exits with 1), never timed.
+// m2 bench --competing-load: 1 thread against N with and without one CPU-bound process
+// per core running beside it (see RunCompetingLoad).
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <string>
+#include <thread>
+
+#include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
@@ -15,6 +29,7 @@
 #include "base/thread_pool.h"
 #include "cli/bench_serving.h"
 #include "cli/bench_util.h"
+#include "cli/engine_flags.h"
 #include "runtime/engine.h"
 #include "cli/commands.h"
 #include "kernels/probe.h"
@@ -43,13 +58,198 @@ struct BenchOptions {
   std::string spec = "off";       // lookup: only the speculative-decoding comparison (bench_spec.h)
   int draft = 4;
   int spec_tokens = 200;
+  bool competing_load = false;    // only the 1-vs-N-threads test with competing processes
+  int load_rounds = 5;
+  int64_t load_prompt = 64;
+  int load_decode = 128;
 };
 
+// Statistics of one measurement over its repetitions, in tokens/s: the best and the
+// median, and (as llama-bench reports) the mean and the sample standard deviation.
+struct Stats {
+  double best = 0, median = 0, mean = 0, sd = 0;
+  int n = 0;
+};
+Stats TokensPerSecond(const std::vector<double>& seconds, double tokens) {
+  Stats st;
+  std::vector<double> v;
+  for (double s : seconds) v.push_back(tokens / s);
+  if (v.empty()) return st;
+  std::sort(v.begin(), v.end());
+  st.n = static_cast<int>(v.size());
+  st.best = v.back();
+  st.median = v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  for (double x : v) st.mean += x;
+  st.mean /= st.n;
+  if (st.n > 1) {
+    double ss = 0;
+    for (double x : v) ss += (x - st.mean) * (x - st.mean);
+    st.sd = std::sqrt(ss / (st.n - 1));
+  }
+  return st;
+}
+nlohmann::json StatsJson(const Stats& s) {
+  return {{"best", s.best}, {"median", s.median}, {"mean", s.mean}, {"stddev", s.sd}, {"repetitions", s.n}};
+}
+
+// One CPU-bound process per core: children that spin until killed (and die with this
+// process: PR_SET_PDEATHSIG). Stopped by the destructor, by pid.
+class Competitors {
+ public:
+  explicit Competitors(int count) {
+    for (int i = 0; i < count; ++i) {
+      const pid_t pid = fork();
+      if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        volatile uint64_t x = 0;
+        for (;;) x = x * 6364136223846793005ull + 1;
+      }
+      if (pid < 0) {
+        error_ = fmt::format("fork of competing process {} of {} failed: {}", i + 1, count, std::strerror(errno));
+        break;
+      }
+      pids_.push_back(pid);
+    }
+  }
+  ~Competitors() {
+    for (pid_t p : pids_) kill(p, SIGKILL);
+    for (pid_t p : pids_) waitpid(p, nullptr, 0);
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::vector<pid_t> pids_;
+  std::string error_;
+};
+
+// --competing-load: tokens/s of a prefill of `load_prompt` tokens and of `load_decode`
+// decode steps after it, on 1 thread and on the pool's N, first on the machine as it is,
+// then with one CPU-bound competing process per available core. `load_rounds` rounds,
+// 1 and N threads alternating within each; the medians are compared. Fails (exit 1) if
+// N threads are slower than 0.9x one thread in any of the four cases.
+int RunCompetingLoad(const BenchOptions& o, Model& m, ThreadPool& pool) {
+  const ModelConfig& c = m.config();
+  const int threads = pool.size();
+  if (threads < 2) return Fail(Error("--competing-load compares 1 thread with N: give -t 2 or more (found {})", threads));
+  if (o.load_prompt + o.load_decode > c.max_position_embeddings)
+    return Fail(Error("--load-prompt {} plus --load-decode {} passes the model's context of {}", o.load_prompt,
+                      o.load_decode, c.max_position_embeddings));
+  ThreadPool one(1);
+  KvBlockPool kv_pool(m.cache_layout(64, false, KvDtype::kBf16));
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size - 1));
+  std::vector<int32_t> prompt(static_cast<size_t>(o.load_prompt)), next(static_cast<size_t>(o.load_decode));
+  for (auto& t : prompt) t = tok(rng);
+  for (auto& t : next) t = tok(rng);
+  std::vector<float> logits;
+  struct UsePoolOfLoad {  // the model goes back to its own pool however this returns
+    Model& m;
+    ~UsePoolOfLoad() { m.SetPool(nullptr); }
+  } restore{m};
+  // One measurement: {prefill seconds, decode seconds}.
+  const auto measure = [&](ThreadPool& p) -> Result<std::pair<double, double>> {
+    m.SetPool(&p);
+    SequenceCache cache(&kv_pool);
+    SequenceCache* cs[] = {&cache};
+    ForwardBatch b;
+    for (size_t i = 0; i < prompt.size(); ++i) b.Add(prompt[i], 0, i + 1 == prompt.size());
+    logits.clear();
+    auto t0 = Clock::now();
+    M2_RETURN_IF_ERROR(m.Forward(b, cs, logits));
+    const double prefill = Seconds(t0, Clock::now());
+    t0 = Clock::now();
+    for (int32_t t : next) {
+      ForwardBatch d;
+      d.Add(t, 0, true);
+      logits.clear();
+      M2_RETURN_IF_ERROR(m.Forward(d, cs, logits));
+    }
+    return std::make_pair(prefill, Seconds(t0, Clock::now()));
+  };
+  struct Case {
+    std::vector<double> prefill[2], decode[2];  // [0]: 1 thread, [1]: N threads
+  } cases[2];                                   // [0]: no load, [1]: competing load
+  const int competitors = AvailableCores();
+  for (int load = 0; load < 2; ++load) {
+    std::fprintf(stderr, "%s: %d rounds of prefill %lld + decode %d tokens, 1 and %d threads alternating...\n",
+                 load ? fmt::format("with {} competing processes", competitors).c_str() : "machine as it is",
+                 o.load_rounds, (long long)o.load_prompt, o.load_decode, threads);
+    std::unique_ptr<Competitors> comp;
+    if (load) {
+      comp = std::make_unique<Competitors>(competitors);
+      if (!comp->error().empty()) return Fail(Error("{}", comp->error()));
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let them take the cores
+    }
+    if (auto warm = measure(pool); !warm.ok()) return Fail(warm.status());
+    for (int r = 0; r < o.load_rounds; ++r)
+      for (int k = 0; k < 2; ++k) {
+        auto t = measure(k == 0 ? one : pool);
+        if (!t.ok())
+          return Fail(Status(t.status()).WithContext(
+              fmt::format("{} thread(s){}", k == 0 ? 1 : threads, load ? " under load" : "")));
+        cases[load].prefill[k].push_back(t->first);
+        cases[load].decode[k].push_back(t->second);
+      }
+  }
+  bool failed = false;
+  nlohmann::json rows = nlohmann::json::array();
+  for (int load = 0; load < 2; ++load)
+    for (int phase = 0; phase < 2; ++phase) {
+      const auto& v = phase == 0 ? cases[load].prefill : cases[load].decode;
+      const double tokens = phase == 0 ? static_cast<double>(o.load_prompt) : o.load_decode;
+      const Stats s1 = TokensPerSecond(v[0], tokens), sn = TokensPerSecond(v[1], tokens);
+      const double ratio = sn.median / s1.median;
+      const bool ok = ratio >= 0.9;
+      failed |= !ok;
+      rows.push_back({{"load", load ? "competing" : "none"}, {"phase", phase == 0 ? "prefill" : "decode"},
+                      {"one_thread", StatsJson(s1)}, {"n_threads", StatsJson(sn)}, {"ratio_of_medians", ratio},
+                      {"pass", ok}});
+    }
+  if (o.json) {
+    std::printf("%s\n", nlohmann::json({{"model", o.model}, {"threads", threads}, {"competing_processes", competitors},
+                                        {"kernels", IsaName(ActiveIsa())}, {"cpu", Cpu().Describe()},
+                                        {"prompt_tokens", o.load_prompt}, {"decode_tokens", o.load_decode},
+                                        {"rounds", o.load_rounds}, {"rows", rows}, {"pass", !failed}})
+                            .dump(2)
+                            .c_str());
+  } else {
+    std::printf("competing load: %d threads vs 1, %s kernels, %d rounds (tokens/s: median, mean +- sd)\n", threads,
+                IsaName(ActiveIsa()), o.load_rounds);
+    std::printf("%-22s %-8s %24s %24s %8s\n", "load", "phase", "1 thread", fmt::format("{} threads", threads).c_str(),
+                "ratio");
+    for (const auto& r : rows) {
+      const auto cell = [](const nlohmann::json& s) {
+        return fmt::format("{:.1f} ({:.1f} +- {:.1f})", s["median"].get<double>(), s["mean"].get<double>(),
+                           s["stddev"].get<double>());
+      };
+      std::printf("%-22s %-8s %24s %24s %7.2fx%s\n",
+                  r["load"] == "none" ? "none" : fmt::format("{} busy processes", competitors).c_str(),
+                  r["phase"].get<std::string>().c_str(), cell(r["one_thread"]).c_str(), cell(r["n_threads"]).c_str(),
+                  r["ratio_of_medians"].get<double>(), r["pass"].get<bool>() ? "" : "  FAILED (< 0.9x)");
+    }
+    std::printf("%s\n", failed ? "FAILED: N threads were slower than 0.9x one thread"
+                                : "passed: N threads at least 0.9x one thread in every case");
+  }
+  return failed ? 1 : 0;
+}
+
+// "128,512" -> {128, 512}: token counts, each at least 1; an error names the flag, what it
+// expected and what it found.
+Result<std::vector<int32_t>> ParseCounts(const std::string& text, const char* flag, const char* what, const char* each) {
+  auto v = ParseIdList(text);
+  if (!v.ok() || v->empty())
+    return Error("{}: expected {} as positive integers separated by commas (e.g. 128,2048), found '{}'", flag, what,
+                 text);
+  for (int32_t x : *v)
+    if (x < 1) return Error("{}: each {} must be at least 1, found {} (in '{}')", flag, each, x, text);
+  return v;
+}
+
 int Run(const BenchOptions& o) {
-  auto prefill_lens = ParseIdList(o.prefill);
-  if (!prefill_lens.ok()) return Fail(Status(prefill_lens.status()).WithContext("--prefill"));
-  auto contexts = ParseIdList(o.contexts);
-  if (!contexts.ok()) return Fail(Status(contexts.status()).WithContext("--context"));
+  auto prefill_lens = ParseCounts(o.prefill, "--prefill", "prompt lengths", "prompt length");
+  if (!prefill_lens.ok()) return Fail(prefill_lens.status());
+  auto contexts = ParseCounts(o.contexts, "--context", "decode context lengths", "decode context length");
+  if (!contexts.ok()) return Fail(contexts.status());
   std::vector<int32_t> streams;
   if (!o.streams.empty()) {
     auto s = ParseIdList(o.streams);
@@ -60,15 +260,12 @@ int Run(const BenchOptions& o) {
   }
   auto kv_dtype = runtime::ParseKvDtype(o.kv_dtype);
   if (!kv_dtype.ok()) return Fail(Status(kv_dtype.status()).WithContext("--kv-dtype"));
-  for (int32_t P : *prefill_lens)
-    if (P < 1) return Fail(Error("--prefill: each prompt length must be >= 1, found {}", P));
-  for (int32_t C : *contexts)
-    if (C < 1) return Fail(Error("--context: each context must be >= 1, found {}", C));
   if (o.serving_only) {
     prefill_lens->clear();
     contexts->clear();
   }
-  if (o.threads > 0) ThreadPool::SetGlobalThreads(o.threads);
+  // The benchmark's threads: one pool, handed to the model (and to the ceilings' probes).
+  ThreadPool pool(o.threads);
   if (o.spec != "off") {
     runtime::SpecOptions spec;
     auto mode = runtime::ParseSpecMode(o.spec);
@@ -77,12 +274,17 @@ int Run(const BenchOptions& o) {
     spec.mode = *mode;
     spec.draft = o.draft;
     if (Status st = spec.Validate(); !st.ok()) return Fail(st);
-    auto model = Model::Load(o.model);
+    auto model = Model::Load(o.model, {.pool = &pool});
     if (!model.ok()) return Fail(model.status());
     return RunSpecBench(**model, o.model, spec, o.spec_tokens, o.json);
   }
-  ThreadPool& pool = ThreadPool::Global();
   const int threads = pool.size();
+  if (o.competing_load) {
+    auto model = Model::Load(o.model, {.pool = &pool});
+    if (!model.ok()) return Fail(model.status());
+    Prefault((*model)->store());
+    return RunCompetingLoad(o, **model, pool);
+  }
 
   std::fprintf(stderr, "measuring the machine: read bandwidth and fp32 FMA peak on %d threads (%s kernels)\n",
                threads, IsaName(ActiveIsa()));
@@ -93,7 +295,7 @@ int Run(const BenchOptions& o) {
   const double peak_before = MeasurePeakFlops(pool);
   { std::ofstream("/proc/self/clear_refs") << "5"; }  // restart the peak-RSS count
 
-  auto model = Model::Load(o.model);
+  auto model = Model::Load(o.model, {.pool = &pool});
   if (!model.ok()) return Fail(model.status());
   Model& m = **model;
   const ModelConfig& c = m.config();
@@ -108,38 +310,61 @@ int Run(const BenchOptions& o) {
   KvBlockPool kv_pool(m.cache_layout(64, false, *kv_dtype));
   std::vector<float> logits;
 
-  // Prefill: a fresh sequence of P random tokens, logits for the last one only.
-  const auto run_prefill = [&](int64_t P) {
+  // Prefill: a fresh sequence of P random tokens, logits for the last one only. A failed
+  // forward pass is an error, never a time.
+  const auto run_prefill = [&](int64_t P) -> Result<double> {
     SequenceCache cache(&kv_pool);
     SequenceCache* cs[] = {&cache};
     ForwardBatch b;
     for (int64_t i = 0; i < P; ++i) b.Add(tok(rng), 0, i + 1 == P);
     logits.clear();
     const auto t0 = Clock::now();
-    Status st = m.Forward(b, cs, logits);
-    const double s = Seconds(t0, Clock::now());
-    if (!st.ok()) std::fprintf(stderr, "m2: error: %s\n", st.message().c_str());
-    return s;
+    M2_RETURN_IF_ERROR(m.Forward(b, cs, logits));
+    return Seconds(t0, Clock::now());
   };
-  std::vector<double> prefill_seconds, prefill_flops;
+  bool any_failed = false;
+  std::vector<std::vector<double>> prefill_seconds;  // per length: every repetition
+  std::vector<std::string> prefill_errors;
+  std::vector<double> prefill_flops;
   for (int32_t P : *prefill_lens) {
-    std::fprintf(stderr, "prefill %d tokens (best of %d)...\n", P, o.repeats);
-    double s = run_prefill(P);
-    for (int r = 1; r < o.repeats; ++r) s = std::min(s, run_prefill(P));
+    std::fprintf(stderr, "prefill %d tokens (%d repetitions)...\n", P, o.repeats);
+    std::vector<double> reps;
+    std::string error;
+    for (int r = 0; r < o.repeats && error.empty(); ++r) {
+      auto s = run_prefill(P);
+      if (s.ok()) reps.push_back(*s);
+      else error = s.status().message();
+    }
+    if (!error.empty()) {
+      std::fprintf(stderr, "m2: error: prefill %d tokens: %s\n", P, error.c_str());
+      any_failed = true;
+      reps.clear();
+    }
     double flops = costs.linear_flops_per_token * P + costs.lm_head_flops;
     for (int64_t p = 0; p < P; ++p) flops += AttentionFlops(c, p);
-    prefill_seconds.push_back(s);
+    prefill_seconds.push_back(reps);
+    prefill_errors.push_back(error);
     prefill_flops.push_back(flops);
   }
 
   // Decode at a given context: the cache is filled with synthetic keys and values (the
   // cost of attention does not depend on their values), then `decode_steps` tokens.
-  std::vector<double> decode_seconds;
+  std::vector<std::vector<double>> decode_steps;  // per context: every timed step
+  std::vector<std::string> decode_errors;
   for (int32_t C : *contexts) {
     std::fprintf(stderr, "decode at context %d...\n", C);
     SequenceCache cache(&kv_pool);
     Status st = cache.Extend(C - 1);
-    if (!st.ok()) return Fail(st);
+    const auto failed = [&](const Status& e) {
+      std::fprintf(stderr, "m2: error: decode at context %d: %s\n", C, e.message().c_str());
+      any_failed = true;
+      decode_steps.emplace_back();
+      decode_errors.push_back(e.message());
+    };
+    if (!st.ok()) {
+      failed(st);
+      continue;
+    }
     std::normal_distribution<float> nd(0.0f, 1.0f);
     for (int64_t l = 0; l < c.num_hidden_layers; ++l)
       for (int64_t p = 0; p + 1 < C; ++p)
@@ -151,32 +376,44 @@ int Run(const BenchOptions& o) {
         }
     SequenceCache* cs[] = {&cache};
     std::vector<double> steps;
-    for (int s = 0; s <= o.decode_steps; ++s) {
+    for (int s = 0; s <= o.decode_steps && st.ok(); ++s) {
       ForwardBatch b;
       b.Add(tok(rng), 0, true);
       logits.clear();
       const auto t0 = Clock::now();
       st = m.Forward(b, cs, logits);
-      if (!st.ok()) return Fail(st);
-      if (s > 0) steps.push_back(Seconds(t0, Clock::now()));  // step 0 warms up
+      if (st.ok() && s > 0) steps.push_back(Seconds(t0, Clock::now()));  // step 0 warms up
     }
-    // The median step: a step that the machine's other tenants interrupted does not move it.
-    std::sort(steps.begin(), steps.end());
-    decode_seconds.push_back(steps[steps.size() / 2]);
+    if (!st.ok()) {
+      failed(st);
+      continue;
+    }
+    decode_steps.push_back(steps);
+    decode_errors.emplace_back();
   }
 
   nlohmann::json scaling;
   if (o.scaling && threads > 1 && !o.serving_only) {
     std::fprintf(stderr, "prefill 512 tokens on 1 thread and on %d...\n", threads);
     // Alternating, best of `repeats` each, so a slow spell of the machine hits both.
+    ThreadPool one(1);
     double multi = 1e30, single = 1e30;
-    for (int r = 0; r < o.repeats; ++r) {
-      multi = std::min(multi, run_prefill(512));
-      ThreadPool::SetGlobalThreads(1);
-      single = std::min(single, run_prefill(512));
-      ThreadPool::SetGlobalThreads(threads);
+    std::string error;
+    for (int r = 0; r < o.repeats && error.empty(); ++r) {
+      auto tm = run_prefill(512);
+      m.SetPool(&one);
+      auto t1 = tm.ok() ? run_prefill(512) : Result<double>(tm.status());
+      m.SetPool(nullptr);
+      if (!t1.ok()) error = t1.status().message();
+      else multi = std::min(multi, *tm), single = std::min(single, *t1);
     }
-    scaling = {{"threads", threads}, {"prefill_512_speedup", single / multi}};
+    if (error.empty()) {
+      scaling = {{"threads", threads}, {"prefill_512_speedup", single / multi}};
+    } else {
+      std::fprintf(stderr, "m2: error: thread scaling (prefill 512): %s\n", error.c_str());
+      any_failed = true;
+      scaling = {{"threads", threads}, {"error", error}};
+    }
   }
 
   const int64_t peak_rss = PeakRssBytes();
@@ -186,7 +423,8 @@ int Run(const BenchOptions& o) {
   if (!streams.empty())
     streams_rows = BenchStreams(m, costs, streams, o.stream_context, o.decode_steps, *kv_dtype, bandwidth_before);
   if (o.prefix_turns > 0) prefix = BenchPrefixCache(m, o.prefix_system, o.prefix_turns, *kv_dtype);
-  double step_for_sampling = !decode_seconds.empty() ? decode_seconds[0] : 0;
+  double step_for_sampling = 0;
+  if (!decode_steps.empty() && !decode_steps[0].empty()) step_for_sampling = 1.0 / TokensPerSecond(decode_steps[0], 1).median;
   if (step_for_sampling == 0 && streams_rows.is_array() && !streams_rows.empty())
     step_for_sampling = streams_rows[0]["seconds_per_step"].get<double>();
   sampling = BenchSampling(c.vocab_size, step_for_sampling);
@@ -195,33 +433,45 @@ int Run(const BenchOptions& o) {
   const double kv_pool_bytes = static_cast<double>(kv_pool.blocks_allocated()) * kv_pool.block_bytes();
 
   std::fprintf(stderr, "measuring the machine again...\n");
-  // (SetGlobalThreads above replaced the pool that `pool` referred to.)
-  const double bandwidth_after = MeasureBandwidth(ThreadPool::Global());
-  const double peak_after = MeasurePeakFlops(ThreadPool::Global());
+  const double bandwidth_after = MeasureBandwidth(pool);
+  const double peak_after = MeasurePeakFlops(pool);
   const double bandwidth = std::max(bandwidth_before, bandwidth_after);
   const double peak = std::max(peak_before, peak_after);
 
   if (streams_rows.is_array())
     for (auto& r : streams_rows)
       r["bandwidth_utilization"] = r["bytes_per_step"].get<double>() / r["seconds_per_step"].get<double>() / bandwidth;
+  // Prefill rows report the best repetition (tokens_per_s, compute_utilization) as before,
+  // decode rows the median step; "stats" has best, median, mean and sd of both.
   nlohmann::json prefill_rows = nlohmann::json::array();
   for (size_t i = 0; i < prefill_seconds.size(); ++i) {
     const int32_t P = (*prefill_lens)[i];
-    const double s = prefill_seconds[i], flops = prefill_flops[i];
-    prefill_rows.push_back({{"tokens", P}, {"seconds", s}, {"tokens_per_s", P / s}, {"flops", flops},
-                            {"compute_utilization", flops / s / peak}});
+    if (!prefill_errors[i].empty()) {
+      prefill_rows.push_back({{"tokens", P}, {"error", prefill_errors[i]}});
+      continue;
+    }
+    const Stats st = TokensPerSecond(prefill_seconds[i], P);
+    const double s = P / st.best, flops = prefill_flops[i];
+    prefill_rows.push_back({{"tokens", P}, {"seconds", s}, {"tokens_per_s", st.best}, {"flops", flops},
+                            {"compute_utilization", flops / s / peak}, {"stats", StatsJson(st)}});
   }
   nlohmann::json decode_rows = nlohmann::json::array();
-  for (size_t i = 0; i < decode_seconds.size(); ++i) {
+  for (size_t i = 0; i < decode_steps.size(); ++i) {
     const int32_t C = (*contexts)[i];
-    const double per_token = decode_seconds[i];
+    if (!decode_errors[i].empty()) {
+      decode_rows.push_back({{"context", C}, {"error", decode_errors[i]}});
+      continue;
+    }
+    const Stats st = TokensPerSecond(decode_steps[i], 1);
+    const double per_token = 1.0 / st.median;
     const double avg_ctx = C + o.decode_steps / 2.0;
     const double kv_bytes = avg_ctx * static_cast<double>(runtime::KvBytesPerToken(c, *kv_dtype));
     const double bytes = costs.weight_bytes_per_token + kv_bytes;
-    decode_rows.push_back({{"context", C}, {"tokens_per_s", 1.0 / per_token}, {"seconds_per_token", per_token},
+    decode_rows.push_back({{"context", C}, {"tokens_per_s", st.median}, {"seconds_per_token", per_token},
                            {"weight_bytes_per_token", costs.weight_bytes_per_token}, {"kv_bytes_per_token", kv_bytes},
-                           {"bandwidth_utilization", bytes / per_token / bandwidth}});
+                           {"bandwidth_utilization", bytes / per_token / bandwidth}, {"stats", StatsJson(st)}});
   }
+  if (streams_rows.is_object() || (prefix.is_object() && prefix.contains("error"))) any_failed = true;
   nlohmann::json j = {{"model", o.model}, {"kernels", IsaName(ActiveIsa())}, {"cpu", Cpu().Describe()},
                       {"threads", threads}, {"read_bandwidth_bytes_per_s", bandwidth}, {"peak_fp32_flops", peak},
                       {"prefill", prefill_rows}, {"decode", decode_rows}, {"weights_file_bytes", file_bytes},
@@ -231,29 +481,55 @@ int Run(const BenchOptions& o) {
                       {"batched_decode", streams_rows}, {"prefix_cache", prefix}, {"sampling", sampling},
                       {"ceilings_measured", {{"before", {{"read_bandwidth_bytes_per_s", bandwidth_before}, {"peak_fp32_flops", peak_before}}},
                                              {"after", {{"read_bandwidth_bytes_per_s", bandwidth_after}, {"peak_fp32_flops", peak_after}}}}}};
+  j["failed"] = any_failed;
   if (o.json) {
     std::printf("%s\n", j.dump(2).c_str());
-    return 0;
+    return any_failed ? 1 : 0;
   }
   std::printf("machine: %s kernels, %d threads; read bandwidth %.1f GB/s; fp32 FMA peak %.1f GFLOP/s\n",
               IsaName(ActiveIsa()), threads, bandwidth / 1e9, peak / 1e9);
   std::printf("  (the higher of two measurements: before the timings %.1f GB/s, %.1f GFLOP/s; after %.1f GB/s, %.1f GFLOP/s)\n",
               bandwidth_before / 1e9, peak_before / 1e9, bandwidth_after / 1e9, peak_after / 1e9);
-  if (!prefill_rows.empty()) std::printf("\n%-10s %12s %14s %12s\n", "prefill", "tokens/s", "GFLOP/s", "of peak");
-  for (const auto& r : prefill_rows)
-    std::printf("%-10lld %12.1f %14.1f %11.1f%%\n", (long long)r["tokens"].get<int64_t>(), r["tokens_per_s"].get<double>(),
+  const auto mean_sd = [](const nlohmann::json& st) {
+    return fmt::format("{:.2f} +- {:.2f}", st["mean"].get<double>(), st["stddev"].get<double>());
+  };
+  if (!prefill_rows.empty())
+    std::printf("\n%-10s %12s %12s %22s %14s %12s\n", "prefill", "best tok/s", "median", "mean +- sd (n)", "GFLOP/s (best)",
+                "of peak");
+  for (const auto& r : prefill_rows) {
+    if (r.contains("error")) {
+      std::printf("%-10lld FAILED: %s\n", (long long)r["tokens"].get<int64_t>(), r["error"].get<std::string>().c_str());
+      continue;
+    }
+    const auto& st = r["stats"];
+    std::printf("%-10lld %12.2f %12.2f %22s %14.1f %11.1f%%\n", (long long)r["tokens"].get<int64_t>(),
+                st["best"].get<double>(), st["median"].get<double>(),
+                fmt::format("{} ({})", mean_sd(st), st["repetitions"].get<int>()).c_str(),
                 r["flops"].get<double>() / r["seconds"].get<double>() / 1e9, 100 * r["compute_utilization"].get<double>());
+  }
   if (!decode_rows.empty())
-    std::printf("\n%-10s %12s %14s %14s %12s\n", "context", "tokens/s", "weights MB/tok", "KV MB/tok", "of bandwidth");
-  for (const auto& r : decode_rows)
-    std::printf("%-10lld %12.2f %14.1f %14.1f %11.1f%%\n", (long long)r["context"].get<int64_t>(),
-                r["tokens_per_s"].get<double>(), r["weight_bytes_per_token"].get<double>() / 1e6,
-                r["kv_bytes_per_token"].get<double>() / 1e6, 100 * r["bandwidth_utilization"].get<double>());
+    std::printf("\n%-10s %12s %12s %22s %14s %14s %12s\n", "context", "median tok/s", "best", "mean +- sd (n)",
+                "weights MB/tok", "KV MB/tok", "of bandwidth");
+  for (const auto& r : decode_rows) {
+    if (r.contains("error")) {
+      std::printf("%-10lld FAILED: %s\n", (long long)r["context"].get<int64_t>(), r["error"].get<std::string>().c_str());
+      continue;
+    }
+    const auto& st = r["stats"];
+    std::printf("%-10lld %12.2f %12.2f %22s %14.1f %14.1f %11.1f%%\n", (long long)r["context"].get<int64_t>(),
+                st["median"].get<double>(), st["best"].get<double>(),
+                fmt::format("{} ({})", mean_sd(st), st["repetitions"].get<int>()).c_str(),
+                r["weight_bytes_per_token"].get<double>() / 1e6, r["kv_bytes_per_token"].get<double>() / 1e6,
+                100 * r["bandwidth_utilization"].get<double>());
+  }
   if (!o.serving_only)
     std::printf("\nmemory: peak RSS %.2f GiB; weights file %.2f GiB + KV pool %.2f GiB; peak is %+.1f%% of those\n",
               peak_rss / double(1ull << 30), file_bytes / double(1ull << 30), kv_pool_bytes / double(1ull << 30),
               100.0 * (peak_rss / (file_bytes + kv_pool_bytes) - 1.0));
-  if (!scaling.is_null())
+  if (!scaling.is_null() && scaling.contains("error"))
+    std::printf("threads: prefill of 512 tokens on 1 and %d threads FAILED: %s\n", threads,
+                scaling["error"].get<std::string>().c_str());
+  else if (!scaling.is_null())
     std::printf("threads: prefill of 512 tokens is %.2fx faster on %d threads than on 1\n",
                 scaling["prefill_512_speedup"].get<double>(), threads);
   if (streams_rows.is_array() && !streams_rows.empty() && !streams_rows[0].contains("error")) {
@@ -290,7 +566,8 @@ int Run(const BenchOptions& o) {
     std::printf(";");
   }
   std::printf("\n");
-  return 0;
+  if (any_failed) std::printf("FAILED: at least one phase failed (see above); its rows are not timed\n");
+  return any_failed ? 1 : 0;
 }
 
 }  // namespace
@@ -304,8 +581,10 @@ void AddBench(CLI::App& app, Runner& run) {
   cmd->add_option("--context", o->contexts, "Decode context lengths, comma separated");
   cmd->add_option("--decode-steps", o->decode_steps, "Decode steps timed at each context (the median step is reported)")
       ->check(CLI::Range(1, 1000));
-  cmd->add_option("--repeats", o->repeats, "Runs of each prefill (the fastest is reported)")->check(CLI::Range(1, 100));
-  cmd->add_option("-t,--threads", o->threads, "Threads (default: one per core)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--repeats", o->repeats,
+                  "Runs of each prefill (reported: the fastest, the median, mean and standard deviation)")
+      ->check(CLI::Range(1, 100));
+  AddThreadsFlag(cmd, o->threads);
   cmd->add_flag("--json", o->json, "Print machine-readable JSON");
   cmd->add_flag("!--no-scaling", o->scaling, "Skip the one-thread prefill used to measure thread scaling");
   cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache storage: bf16 (default) or f32");
@@ -325,6 +604,16 @@ void AddBench(CLI::App& app, Runner& run) {
   cmd->add_option("--prefix-system", o->prefix_system, "System-prompt tokens of that conversation (default 4000)")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--serving-only", o->serving_only, "Only the serving sections (--streams, --prefix-turns, sampling)");
+  cmd->add_flag("--competing-load", o->competing_load,
+                "Only this: tokens/s on 1 thread and on -t N (default: every core), without and with one CPU-bound "
+                "competing process per core started by the benchmark; fails (exit 1) if N threads are slower than "
+                "0.9x one thread");
+  cmd->add_option("--load-rounds", o->load_rounds, "--competing-load: rounds of 1 and N threads alternating (default 5)")
+      ->check(CLI::Range(1, 1000));
+  cmd->add_option("--load-prompt", o->load_prompt, "--competing-load: prefill tokens timed (default 64)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--load-decode", o->load_decode, "--competing-load: decode steps timed after it (default 128)")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->callback([o, &run] { run = [o] { return Run(*o); }; });
 }
 

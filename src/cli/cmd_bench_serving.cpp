@@ -1,6 +1,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <random>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "cli/bench_serving.h"
 #include "runtime/engine.h"
@@ -50,19 +53,31 @@ nlohmann::json BenchStreams(Model& m, const Costs& costs, const std::vector<int3
     auto e = runtime::Engine::Create(m, nullptr, o);
     if (!e.ok()) return {{"error", e.status().message()}};
     std::vector<int64_t> produced(static_cast<size_t>(S), 0);
+    std::string failure;  // a stream that ended with an error: the row is failed, not timed
     for (int32_t i = 0; i < S; ++i) {
       runtime::Request r = BenchRequest(RandomIds(rng, context, c.vocab_size), steps + 4);
       r.on_token = [&produced, i](int32_t) { ++produced[static_cast<size_t>(i)]; };
+      r.on_done = [&failure](const Status& st, runtime::GenerationResult&) {
+        if (!st.ok() && failure.empty()) failure = st.message();
+      };
       if (auto id = (*e)->Submit(std::move(r)); !id.ok()) return {{"error", id.status().message()}};
     }
+    const auto failed_row = [&] {
+      return nlohmann::json{{"error", fmt::format("{} streams: {}", S, failure)}};
+    };
     // Prefill until every stream has its first token, then time steps where all decode.
-    while (std::any_of(produced.begin(), produced.end(), [](int64_t p) { return p == 0; })) (*e)->Step();
+    while (std::any_of(produced.begin(), produced.end(), [](int64_t p) { return p == 0; })) {
+      if (!(*e)->Step() && failure.empty()) failure = "the engine ran out of work before every stream had a token";
+      if (!failure.empty()) return failed_row();
+    }
     std::vector<double> times, bytes;
     double experts = 0;
     for (int s = 0; s < steps; ++s) {
       const auto t0 = Clock::now();
-      (*e)->Step();
+      const bool worked = (*e)->Step();
       times.push_back(Seconds(t0, Clock::now()));
+      if (!worked && failure.empty()) failure = fmt::format("the engine ran out of work at timed step {}", s);
+      if (!failure.empty()) return failed_row();
       double kv = 0;
       for (int64_t p : produced) kv += static_cast<double>(context + p - 1) * kv_token_bytes;
       const double run = static_cast<double>(m.experts_run_last_forward());

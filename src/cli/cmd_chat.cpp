@@ -153,7 +153,7 @@ Status SaveHistory(const std::string& path, const runtime::ChatSession& session)
 }
 
 int Run(ChatOptions& o) {
-  auto model = Model::Load(o.model);
+  auto model = Model::Load(o.model, {.threads = o.engine.threads});
   if (!model.ok()) return Fail(model.status());
   auto sampling = ResolveSampling(o.sampling, o.model, (*model)->config());
   if (!sampling.ok()) return Fail(sampling.status());

@@ -72,7 +72,7 @@ int Run(GenerateOptions& o) {
     if (!ids.ok()) return Fail(ids.status());
     prompt = std::move(*ids);
   }
-  auto model = Model::Load(o.model);
+  auto model = Model::Load(o.model, {.threads = o.engine.threads});
   if (!model.ok()) return Fail(model.status());
   auto sampling = ResolveSampling(o.sampling, o.model, (*model)->config());
   if (!sampling.ok()) return Fail(sampling.status());

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/engine_flags.h"
 #include "io/safetensors.h"
 #include "model/model.h"
 
@@ -17,12 +18,13 @@ struct LogitsOptions {
   std::string model;
   std::string ids;
   std::string dump;
+  int threads = 0;
 };
 
 int Run(const LogitsOptions& o) {
   auto ids = ParseIdList(o.ids);
   if (!ids.ok()) return Fail(ids.status());
-  auto model = Model::Load(o.model, {.progress = false});
+  auto model = Model::Load(o.model, {.progress = false, .threads = o.threads});
   if (!model.ok()) return Fail(model.status());
   Model& m = **model;
   KvBlockPool pool(m.cache_layout());
@@ -62,6 +64,7 @@ void AddLogits(CLI::App& app, Runner& run) {
       app.add_subcommand("logits", "Print the logits at every position of the given token ids, as JSON.");
   cmd->add_option("-m,--model", o->model, "Model folder (config.json + safetensors)")->required();
   cmd->add_option("--ids", o->ids, "Token ids, comma separated (e.g. 1,2,3)")->required();
+  AddThreadsFlag(cmd, o->threads);
   cmd->add_option("--dump", o->dump, "Also write every named intermediate tensor to this .safetensors file");
   cmd->callback([o, &run] { run = [o] { return Run(*o); }; });
 }

@@ -8,6 +8,7 @@
 #include "base/mapped_file.h"
 #include "base/progress.h"
 #include "cli/commands.h"
+#include "cli/engine_flags.h"
 #include "model/model.h"
 #include "runtime/engine.h"
 #include "runtime/perplexity.h"
@@ -26,6 +27,7 @@ struct PerplexityOptions {
   bool special = false;
   bool json = false;
   std::string kv_dtype = "f32", reference_kv_dtype = "f32";
+  int threads = 0;
 };
 
 int Run(const PerplexityOptions& o) {
@@ -35,11 +37,13 @@ int Run(const PerplexityOptions& o) {
   if (!ref_kv_dtype.ok()) return Fail(Status(ref_kv_dtype.status()).WithContext("--reference-kv-dtype"));
   auto text = ReadTextFile(o.file);
   if (!text.ok()) return Fail(text.status());
-  auto model = Model::Load(o.model, {.progress = !o.json});
+  // One pool for both models: they run one after the other.
+  ThreadPool pool(o.threads);
+  auto model = Model::Load(o.model, {.progress = !o.json, .pool = &pool});
   if (!model.ok()) return Fail(model.status());
   std::unique_ptr<Model> reference;
   if (!o.reference.empty()) {
-    auto ref = Model::Load(o.reference, {.progress = !o.json});
+    auto ref = Model::Load(o.reference, {.progress = !o.json, .pool = &pool});
     if (!ref.ok()) return Fail(Status(ref.status()).WithContext("--reference"));
     reference = std::move(*ref);
   }
@@ -112,6 +116,7 @@ void AddPerplexity(CLI::App& app, Runner& run) {
   cmd->add_option("-f,--file", o->file, "Text file to evaluate")->required();
   cmd->add_option("--context", o->context, "Window length in tokens (default: min(1024, the model's context))")
       ->check(CLI::PositiveNumber);
+  AddThreadsFlag(cmd, o->threads);
   cmd->add_option("--stride", o->stride,
                   "Tokens between window starts; each window scores only tokens no earlier window scored "
                   "(default: context / 2; = context for disjoint windows)")

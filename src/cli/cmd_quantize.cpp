@@ -20,6 +20,7 @@
 #include "base/progress.h"
 #include "base/thread_pool.h"
 #include "cli/commands.h"
+#include "cli/engine_flags.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
 #include "io/tensor_store.h"
@@ -35,6 +36,7 @@ namespace fs = std::filesystem;
 
 struct QuantizeOptions {
   std::string model, out, type = "q4", lm_head = "keep";
+  int threads = 0;
 };
 
 bool Quantizable(const std::string& name, const std::string& lm_head) {
@@ -122,6 +124,7 @@ int Run(const QuantizeOptions& o) {
   };
 
   // Quantize a whole matrix on first request; keep its two outputs until both are written.
+  ThreadPool pool(o.threads);
   std::map<std::string, std::pair<std::vector<uint8_t>, std::vector<uint8_t>>> made;
   Status failure;
   const auto produce = [&](const std::string& name, WeightFormat f) {
@@ -135,7 +138,7 @@ int Run(const QuantizeOptions& o) {
     const int64_t qrow = f == WeightFormat::kQ8 ? w.cols : w.cols / 2, groups = w.cols / kQuantGroup;
     q.resize(static_cast<size_t>(w.rows * qrow));
     s.resize(static_cast<size_t>(w.rows * groups * 2));
-    ThreadPool::Global().ParallelFor(w.rows, 16, [&](int64_t r0, int64_t r1, int) {
+    pool.ParallelFor(w.rows, 16, [&](int64_t r0, int64_t r1, int) {
       std::vector<float> row(static_cast<size_t>(w.cols));
       for (int64_t r = r0; r < r1; ++r) {
         DequantizeRow(w, r, row.data());
@@ -212,6 +215,7 @@ void AddQuantize(CLI::App& app, Runner& run) {
       "quantize", "Write a copy of a model with 8-bit or 4-bit group-quantized linear weights (mmap-able safetensors).");
   cmd->add_option("-m,--model", o->model, "Source model folder")->required();
   cmd->add_option("-o,--out", o->out, "Output folder")->required();
+  AddThreadsFlag(cmd, o->threads);
   cmd->add_option("--type", o->type, "q8 or q4 (32 columns per f16 scale)");
   cmd->add_option("--lm-head", o->lm_head, "keep (default), q8 or q4");
   cmd->callback([o, &run] { run = [o] { return Run(*o); }; });

@@ -2,7 +2,13 @@
 
 namespace m2::cli {
 
+void AddThreadsFlag(CLI::App* cmd, int& threads) {
+  cmd->add_option("-t,--threads", threads, "Threads of the forward pass (default 0: one per available core)")
+      ->check(CLI::Range(0, 1024));
+}
+
 void AddEngineFlags(CLI::App* cmd, EngineFlags& f, bool serving) {
+  AddThreadsFlag(cmd, f.threads);
   cmd->add_option("--kv-memory", f.kv_memory,
                   "KV cache budget in GiB, taken once at start (default: one full context, at most 4 GiB)");
   cmd->add_option("--kv-tokens", f.kv_tokens, "KV cache budget in tokens (overrides --kv-memory)");

@@ -1,5 +1,6 @@
 // Flags of the serving core (KV budget and dtype, batching), shared by every command
-// that generates through runtime::Engine: generate, chat, bench, serve.
+// that generates through runtime::Engine: generate, chat, serve (and -t, which bench,
+// perplexity, logits and quantize have too).
 #pragma once
 
 #include <string>
@@ -12,6 +13,7 @@
 namespace m2::cli {
 
 struct EngineFlags {
+  int threads = 0;  // -t: threads of the forward pass (0: one per available core)
   double kv_memory = 0;
   int64_t kv_tokens = 0;
   std::string kv_dtype = "bf16";
@@ -23,6 +25,10 @@ struct EngineFlags {
   int draft = 4;
   int spec_ngram = 3;
 };
+
+// -t/--threads N into `threads`: every command that runs the model has it (0, the default:
+// one thread per available core).
+void AddThreadsFlag(CLI::App* cmd, int& threads);
 
 // `serving`: also the flags that only matter with many requests (running and queue limits).
 void AddEngineFlags(CLI::App* cmd, EngineFlags& f, bool serving = false);

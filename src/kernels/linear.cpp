@@ -178,6 +178,10 @@ void LinearOn(const LinearWeight& w, const float* x, int64_t n, float* y, Thread
 
 void Linear(const LinearWeight& w, const float* x, int64_t n, float* y) { LinearOn(w, x, n, y, &ThreadPool::Global()); }
 
+void LinearOnPool(const LinearWeight& w, const float* x, int64_t n, float* y, ThreadPool& pool) {
+  LinearOn(w, x, n, y, &pool);
+}
+
 void LinearOnThisThread(const LinearWeight& w, const float* x, int64_t n, float* y) { LinearOn(w, x, n, y, nullptr); }
 
 }  // namespace m2

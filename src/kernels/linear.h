@@ -8,6 +8,8 @@
 
 namespace m2 {
 
+class ThreadPool;
+
 enum class WeightFormat : uint8_t {
   kF32,
   kBF16,
@@ -51,8 +53,11 @@ struct LinearWeight {
   int64_t bytes() const;
 };
 
-// y[n, rows] = x[n, cols] * W^T, fp32 activations and accumulation, on the global
-// thread pool. PRECONDITIONS: x holds n*cols floats, y room for n*rows; no aliasing.
+// y[n, rows] = x[n, cols] * W^T, fp32 activations and accumulation, rows spread over
+// `pool`'s threads (the model passes its own pool). PRECONDITIONS: x holds n*cols floats,
+// y room for n*rows; no aliasing.
+void LinearOnPool(const LinearWeight& w, const float* x, int64_t n, float* y, ThreadPool& pool);
+// The same on the process-wide ThreadPool::Global() (tests, gemv_bench; not the model).
 void Linear(const LinearWeight& w, const float* x, int64_t n, float* y);
 
 // How far ahead the GEMV kernels prefetch weights into L2 (linear_simd.inc); the

@@ -16,7 +16,7 @@ namespace m2 {
 
 void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t layer, const float* inv_freq,
                       const float* x, const std::vector<TokenSlot>& slots, const std::vector<SeqView>& seqs, float* out,
-                      Scratch& s, Tracer* trace) {
+                      Scratch& s, ThreadPool& pool, Tracer* trace) {
   const int64_t n = static_cast<int64_t>(slots.size());
   const int64_t H = cfg.num_attention_heads, KV = cfg.num_key_value_heads, D = cfg.head_dim;
   const int64_t qd = cfg.q_dim(), kvd = cfg.kv_dim(), group = cfg.kv_group();
@@ -26,9 +26,9 @@ void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t
   s.v.resize(static_cast<size_t>(n * kvd));
   s.attn.resize(static_cast<size_t>(n * qd));
 
-  Linear(w.q, x, n, s.q.data());  // [n, H*D]
-  Linear(w.k, x, n, s.k.data());  // [n, KV*D]
-  Linear(w.v, x, n, s.v.data());  // [n, KV*D]
+  LinearOnPool(w.q, x, n, s.q.data(), pool);  // [n, H*D]
+  LinearOnPool(w.k, x, n, s.k.data(), pool);  // [n, KV*D]
+  LinearOnPool(w.v, x, n, s.v.data(), pool);  // [n, KV*D]
   if (!w.q_norm.empty()) {
     for (int64_t t = 0; t < n; ++t) {
       RmsNorm(&s.q[t * qd], w.q_norm.data(), qd, cfg.rms_norm_eps, &s.q[t * qd]);
@@ -54,11 +54,11 @@ void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t
   }
 
   // One work item per (token, KV head): the `group` query heads sharing that KV head.
-  // Items go to the threads in contiguous ranges; in a prefill a token's work grows with
-  // its position, so the tokens are visited in the order 0, n-1, 1, n-2, ... which gives
-  // every range about the same amount of work.
+  // Items go to the threads in contiguous chunks (thread_pool.h); in a prefill a token's
+  // work grows with its position, so the tokens are visited in the order 0, n-1, 1, n-2,
+  // ... which gives every chunk about the same amount of work.
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  ThreadPool::Global().ParallelFor(n * KV, 1, [&](int64_t i0, int64_t i1, int) {
+  pool.ParallelFor(n * KV, 1, [&](int64_t i0, int64_t i1, int) {
     thread_local std::vector<float> scores;
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t u = i / KV, g = i % KV;
@@ -79,7 +79,7 @@ void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t
     }
   });
   if (trace) trace->Record(name("attn_heads"), s.attn.data(), {n, H, D});
-  Linear(w.o, s.attn.data(), n, out);  // [n, hidden]
+  LinearOnPool(w.o, s.attn.data(), n, out, pool);  // [n, hidden]
 }
 
 }  // namespace m2

@@ -1,9 +1,11 @@
-// The two halves of a decoder layer, used by Model::Forward. Internal to src/model.
+// The two halves of a decoder layer, used by Model::Forward. Internal to src/model. Both
+// run on the pool they are given (the model's), never on a global one.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "base/thread_pool.h"
 #include "model/config.h"
 #include "model/kv_cache.h"
 #include "model/tracer.h"
@@ -41,7 +43,7 @@ struct Scratch {
   std::vector<int32_t> used;       // experts with tokens in this chunk, most tokens first
   int64_t experts_run = 0;         // (layer, chunk, expert) runs since the forward pass began
   std::vector<float> pair_out;     // [tokens * top_k, hidden]: each (token, slot)'s expert output
-  struct ExpertThread {            // one per pool thread (experts run in parallel)
+  struct ExpertThread {            // one per pool thread slot (experts run in parallel)
     std::vector<float> gathered, gate, up, down;
   };
   std::vector<ExpertThread> expert_threads;
@@ -52,7 +54,7 @@ struct Scratch {
 // every earlier position of its own sequence, in this batch or before.
 void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t layer, const float* inv_freq,
                       const float* x, const std::vector<TokenSlot>& slots, const std::vector<SeqView>& seqs, float* out,
-                      Scratch& s, Tracer* trace);
+                      Scratch& s, ThreadPool& pool, Tracer* trace);
 
 // out[n, hidden] = sparse MoE of x[n, hidden]. Tokens are grouped by expert so each
 // chosen expert's weights are read once per batch (per chunk of kMoeChunkTokens). When
@@ -61,6 +63,6 @@ void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t
 // Either way each token sums its experts' outputs in expert-index order, so the result
 // does not depend on the thread count.
 void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int64_t layer, const float* x, int64_t n, float* out,
-                Scratch& s, Tracer* trace);
+                Scratch& s, ThreadPool& pool, Tracer* trace);
 
 }  // namespace m2

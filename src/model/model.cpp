@@ -31,10 +31,20 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& path, const LoadOp
     M2_ASSIGN_OR_RETURN(m->weights_, LoadModelWeights(m->cfg_, *m->store_,
                                                       [&](int64_t i, int64_t) { p.Update(static_cast<uint64_t>(i)); }));
   }
+  if (opts.pool != nullptr) {
+    m->load_pool_ = opts.pool;
+  } else {
+    if (opts.threads < 0) return Error("threads: expected 0 (one per core) or more, found {}", opts.threads);
+    m->own_pool_ = std::make_unique<ThreadPool>(opts.threads);
+    m->load_pool_ = m->own_pool_.get();
+  }
+  m->pool_ = m->load_pool_;
   m->inv_freq_.resize(static_cast<size_t>(m->cfg_.rotary_dim / 2));
   RopeInvFreq(m->cfg_.rope_theta, m->cfg_.rotary_dim, m->inv_freq_.data());
   return m;
 }
+
+void Model::SetPool(ThreadPool* pool) { pool_ = pool != nullptr ? pool : load_pool_; }
 
 CacheLayout Model::cache_layout(int64_t block_tokens, bool with_mtp, KvDtype kv_dtype) const {
   CacheLayout l;
@@ -72,14 +82,15 @@ void Model::RunLayer(const LayerWeights& L, int64_t l, const std::vector<TokenSl
   for (int64_t i = 0; i < n; ++i)
     RmsNorm(&hidden_[i * Hd], L.input_norm.data(), Hd, cfg_.rms_norm_eps, &normed_[i * Hd]);
   if (trace) trace->Record(fmt::format("layers.{}.attn_norm", l), normed_.data(), {n, Hd});
-  AttentionForward(cfg_, L.attn, l, inv_freq_.data(), normed_.data(), slots, seq_views_, branch_.data(), scratch_, trace);
+  AttentionForward(cfg_, L.attn, l, inv_freq_.data(), normed_.data(), slots, seq_views_, branch_.data(), scratch_, *pool_,
+                   trace);
   if (trace) trace->Record(fmt::format("layers.{}.attn_out", l), branch_.data(), {n, Hd});
   for (int64_t i = 0; i < n * Hd; ++i) hidden_[i] += branch_[i];
 
   for (int64_t i = 0; i < n; ++i)
     RmsNorm(&hidden_[i * Hd], L.post_attention_norm.data(), Hd, cfg_.rms_norm_eps, &normed_[i * Hd]);
   if (trace) trace->Record(fmt::format("layers.{}.ffn_norm", l), normed_.data(), {n, Hd});
-  MoeForward(cfg_, L.moe, l, normed_.data(), n, branch_.data(), scratch_, trace);
+  MoeForward(cfg_, L.moe, l, normed_.data(), n, branch_.data(), scratch_, *pool_, trace);
   for (int64_t i = 0; i < n * Hd; ++i) hidden_[i] += branch_[i];
   if (trace) trace->Record(fmt::format("layers.{}.out", l), hidden_.data(), {n, Hd});
 }
@@ -164,7 +175,7 @@ Status Model::Forward(const ForwardBatch& batch, std::span<SequenceCache* const>
   if (trace) trace->Record("final_norm", normed_.data(), {rows, Hd});
   const size_t base = logits.size();
   logits.resize(base + static_cast<size_t>(rows * V));
-  Linear(weights_.lm_head, normed_.data(), rows, logits.data() + base);
+  LinearOnPool(weights_.lm_head, normed_.data(), rows, logits.data() + base, *pool_);
   if (trace) trace->Record("logits", logits.data() + base, {rows, V});
   return Status::Ok();
 }
@@ -244,7 +255,7 @@ Status Model::ForwardMtp(int64_t module, const MtpBatch& batch, std::span<const 
   hidden_.resize(static_cast<size_t>(n * Hd));
   normed_.resize(static_cast<size_t>(n * Hd));
   branch_.resize(static_cast<size_t>(n * Hd));
-  Linear(w.eh_proj, mtp_in_.data(), n, hidden_.data());  // z [n, hidden]
+  LinearOnPool(w.eh_proj, mtp_in_.data(), n, hidden_.data(), *pool_);  // z [n, hidden]
   if (trace) trace->Record(name("eh_proj"), hidden_.data(), {n, Hd});
 
   RunLayer(w.layer, layer, slots, trace);  // h^{k+1} [n, hidden], in hidden_
@@ -263,7 +274,7 @@ Status Model::ForwardMtp(int64_t module, const MtpBatch& batch, std::span<const 
   if (trace) trace->Record(name("final_norm"), normed_.data(), {rows, Hd});
   const size_t base = logits.size();
   logits.resize(base + static_cast<size_t>(rows * V));
-  Linear(weights_.lm_head, normed_.data(), rows, logits.data() + base);
+  LinearOnPool(weights_.lm_head, normed_.data(), rows, logits.data() + base, *pool_);
   if (trace) trace->Record(name("logits"), logits.data() + base, {rows, V});
   return Status::Ok();
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/thread_pool.h"
 #include "io/tensor_store.h"
 #include "model/config.h"
 #include "model/kv_cache.h"
@@ -61,8 +62,16 @@ struct MtpBatch {
   size_t size() const { return tokens.size(); }
 };
 
+// The threads of a model's forward pass come from here, never from a global pool: a model
+// either shares a pool it is handed or owns one of its own, so a server, a benchmark and
+// several models can each run on threads of their choice in one process.
 struct LoadOptions {
   bool progress = true;  // show a progress line on stderr while loading
+  // A pool to run on, shared with whoever else uses it (not owned: it must outlive the
+  // model, and only one forward pass may use it at a time). nullptr: the model makes a
+  // pool of its own with `threads` threads (0: one per available core).
+  ThreadPool* pool = nullptr;
+  int threads = 0;
 };
 
 class Model {
@@ -73,6 +82,11 @@ class Model {
   const ModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return weights_; }
   const TensorStore& store() const { return *store_; }
+  // The pool the forward pass runs on, and a way to switch it (e.g. a benchmark comparing
+  // thread counts on one loaded model): SetPool(&p) uses p from the next call on (not
+  // owned; it must outlive its use), SetPool(nullptr) returns to the pool of Load.
+  ThreadPool& pool() const { return *pool_; }
+  void SetPool(ThreadPool* pool);
 
   // The cache shape this model needs: one KV layer per decoder layer of the trunk
   // (layers 0..L-1), then, when the model has MTP modules and `with_mtp`, one KV layer
@@ -147,6 +161,9 @@ class Model {
   std::unique_ptr<TensorStore> store_;
   ModelWeights weights_;
   std::vector<float> inv_freq_;  // [rotary_dim / 2]
+  std::unique_ptr<ThreadPool> own_pool_;  // when Load was given none
+  ThreadPool* load_pool_ = nullptr;        // the pool of Load (own_pool_ or LoadOptions::pool)
+  ThreadPool* pool_ = nullptr;             // the one in use
   // Checks a cache handed to Forward / ForwardMtp has this model's layers up to `layers`.
   Status CheckCacheLayout(const SequenceCache& cache, size_t index, int64_t layers) const;
   // One decoder layer on hidden_ [n, hidden] in place: h += attn(rmsnorm(h)); h += moe(rmsnorm(h)).

@@ -18,11 +18,11 @@
 namespace m2 {
 
 void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int64_t layer, const float* x, int64_t n, float* out,
-                Scratch& s, Tracer* trace) {
+                Scratch& s, ThreadPool& pool, Tracer* trace) {
   const int64_t E = cfg.num_local_experts, K = cfg.num_experts_per_tok, Hd = cfg.hidden_size;
   const int64_t I = cfg.intermediate_size;
   s.router.resize(static_cast<size_t>(n * E));
-  Linear(w.gate, x, n, s.router.data());  // router logits [n, E]
+  LinearOnPool(w.gate, x, n, s.router.data(), pool);  // router logits [n, E]
   if (trace) trace->Record(fmt::format("layers.{}.router_logits", layer), s.router.data(), {n, E});
 
   // Selection per token: chosen[t*K + j] = expert, weight[t*K + j] = its weight.
@@ -54,7 +54,6 @@ void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int64_t layer, cons
     }
   }
 
-  ThreadPool& pool = ThreadPool::Global();
   const int threads = pool.size();
   if (s.expert_threads.size() < static_cast<size_t>(threads)) s.expert_threads.resize(static_cast<size_t>(threads));
   auto& by_expert = s.by_expert;
@@ -71,7 +70,10 @@ void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int64_t layer, cons
     es.up.resize(static_cast<size_t>(m * I));
     es.down.resize(static_cast<size_t>(m * Hd));
     const ExpertWeights& ex = w.experts[e];
-    const auto linear = split_rows ? &Linear : &LinearOnThisThread;
+    const auto linear = [&](const LinearWeight& lw, const float* in, int64_t rows_in, float* o) {
+      if (split_rows) LinearOnPool(lw, in, rows_in, o, pool);
+      else LinearOnThisThread(lw, in, rows_in, o);
+    };
     linear(ex.w1, es.gathered.data(), m, es.gate.data());
     linear(ex.w3, es.gathered.data(), m, es.up.data());
     SiluMul(es.gate.data(), es.up.data(), m * I);

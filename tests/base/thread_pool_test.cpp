@@ -1,10 +1,16 @@
-// ThreadPool: every index is visited exactly once, by chunks aligned to the grain, both
-// while the workers are still spinning after the previous job and after they have gone
-// to sleep; the pool shuts down cleanly in either state.
+// ThreadPool: every index is visited exactly once, in chunks aligned to the grain whose
+// boundaries do not depend on which thread runs them; `thread` is a stable slot (a thread
+// never runs two chunks at once, and two threads never share a slot); the caller does not
+// wait for a worker that has not started; all of it also while other threads compete for
+// the cores; the pool shuts down cleanly while its workers spin or sleep.
 #include "base/thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <map>
+#include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -13,15 +19,42 @@
 namespace m2 {
 namespace {
 
-void ExpectEachIndexOnce(ThreadPool& pool, int64_t n, int64_t grain) {
+using Chunks = std::vector<std::pair<int64_t, int64_t>>;
+
+// Runs one ParallelFor and checks each index once, grain-aligned chunks, valid slots, one
+// OS thread per slot and no slot running two chunks at once. Returns the chunks, sorted.
+Chunks ExpectEachIndexOnce(ThreadPool& pool, int64_t n, int64_t grain) {
   std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
-  std::atomic<int> bad_chunks{0};
+  std::vector<std::atomic<int>> busy(static_cast<size_t>(pool.size()));
+  std::atomic<int> bad_chunks{0}, bad_slots{0}, overlapping{0};
+  std::mutex mu;
+  Chunks chunks;
+  std::map<int, std::set<std::thread::id>> ids_by_slot;
   pool.ParallelFor(n, grain, [&](int64_t b, int64_t e, int thread) {
-    if (b % grain != 0 || thread < 0 || thread >= pool.size()) ++bad_chunks;
+    if (b % grain != 0 || b >= e || e > n || (e != n && e % grain != 0)) ++bad_chunks;
+    if (thread < 0 || thread >= pool.size()) {
+      ++bad_slots;
+      return;
+    }
+    if (busy[static_cast<size_t>(thread)].fetch_add(1) != 0) ++overlapping;
     for (int64_t i = b; i < e; ++i) ++seen[static_cast<size_t>(i)];
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      chunks.emplace_back(b, e);
+      ids_by_slot[thread].insert(std::this_thread::get_id());
+    }
+    busy[static_cast<size_t>(thread)].fetch_sub(1);
   });
   EXPECT_EQ(bad_chunks.load(), 0);
-  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(seen[static_cast<size_t>(i)].load(), 1) << "index " << i << " of " << n;
+  EXPECT_EQ(bad_slots.load(), 0);
+  EXPECT_EQ(overlapping.load(), 0) << "a slot ran two chunks at once";
+  for (const auto& [slot, ids] : ids_by_slot) EXPECT_EQ(ids.size(), 1u) << "slot " << slot << " ran on several threads";
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(seen[static_cast<size_t>(i)].load(), 1) << "index " << i << " of " << n;
+    if (seen[static_cast<size_t>(i)].load() != 1) break;
+  }
+  std::sort(chunks.begin(), chunks.end());
+  return chunks;
 }
 
 TEST(ThreadPool, BackToBackJobsWhileWorkersSpin) {
@@ -37,14 +70,70 @@ TEST(ThreadPool, JobsAfterTheWorkersWentToSleep) {
   }
 }
 
-TEST(ThreadPool, CallerWaitsForASlowWorker) {
+// The chunk boundaries depend on n, grain and the pool size only, so a kernel's result
+// cannot depend on which thread took which chunk.
+TEST(ThreadPool, ChunkBoundariesDoNotDependOnTheSchedule) {
+  ThreadPool pool(3);
+  for (int64_t n : {1, 7, 100, 1000, 12345}) {
+    const Chunks first = ExpectEachIndexOnce(pool, n, 8);
+    EXPECT_LE(first.size(), static_cast<size_t>(3 * ThreadPool::kChunksPerThread));
+    for (int rep = 0; rep < 20; ++rep) {
+      if (rep % 5 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      EXPECT_EQ(ExpectEachIndexOnce(pool, n, 8), first) << "n " << n;
+    }
+  }
+}
+
+// A chunk that takes long (its thread lost its core, say) is waited for; the other
+// chunks are taken by the other threads meanwhile.
+TEST(ThreadPool, CallerWaitsForASlowChunk) {
   ThreadPool pool(2);
   std::atomic<int> done{0};
-  pool.ParallelFor(2, 1, [&](int64_t, int64_t, int thread) {
-    if (thread == 1) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the caller's spin
-    ++done;
+  pool.ParallelFor(8, 1, [&](int64_t b, int64_t e, int) {
+    if (b == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the caller's spin
+    done += static_cast<int>(e - b);
   });
-  EXPECT_EQ(done.load(), 2);
+  EXPECT_EQ(done.load(), 8);
+}
+
+// Jobs that arrive while every worker is asleep finish (the caller takes chunks from the
+// start instead of waiting for the workers to wake up; which threads end up running them
+// is up to the scheduler, so only completion is checked here).
+TEST(ThreadPool, JobsWhileTheWorkersSleep) {
+  ThreadPool pool(4);
+  for (int rep = 0; rep < 3; ++rep) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // workers asleep
+    std::atomic<int> total{0};
+    pool.ParallelFor(64, 1, [&](int64_t b, int64_t e, int) { total += static_cast<int>(e - b); });
+    EXPECT_EQ(total.load(), 64);
+  }
+}
+
+// Every index once and stable slots while more threads than cores are busy spinning.
+TEST(ThreadPool, EachIndexOnceUnderContention) {
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> hogs;
+  const int hog_count = std::max(2, AvailableCores());
+  for (int i = 0; i < hog_count; ++i)
+    hogs.emplace_back([&] {
+      volatile uint64_t x = 0;
+      while (!stop.load(std::memory_order_relaxed)) x = x + 1;
+    });
+  {
+    ThreadPool pool(3);
+    for (int rep = 0; rep < 300; ++rep) ExpectEachIndexOnce(pool, 50 + rep % 300, 1 + rep % 7);
+    // Per-thread scratch indexed by slot, as the MoE keeps it: each slot's sum is private.
+    std::vector<int64_t> per_slot(static_cast<size_t>(pool.size()), 0);
+    for (int rep = 0; rep < 200; ++rep)
+      pool.ParallelFor(1000, 10, [&](int64_t b, int64_t e, int t) {
+        for (int64_t i = b; i < e; ++i) per_slot[static_cast<size_t>(t)] += i;
+      });
+    int64_t sum = 0;
+    for (int64_t v : per_slot) sum += v;
+    EXPECT_EQ(sum, 200 * (999 * 1000 / 2));
+  }
+  stop = true;
+  for (auto& t : hogs) t.join();
 }
 
 TEST(ThreadPool, DestroyedWhileSpinningOrSleeping) {
@@ -61,6 +150,15 @@ TEST(ThreadPool, OneThreadRunsOnTheCaller) {
   bool same = false;
   pool.ParallelFor(10, 1, [&](int64_t b, int64_t e, int) { same = std::this_thread::get_id() == caller && b == 0 && e == 10; });
   EXPECT_TRUE(same);
+}
+
+TEST(ThreadPool, TwoPoolsFromTwoThreads) {
+  ThreadPool a(2), b(2);
+  std::thread other([&] {
+    for (int rep = 0; rep < 300; ++rep) ExpectEachIndexOnce(b, 100 + rep, 3);
+  });
+  for (int rep = 0; rep < 300; ++rep) ExpectEachIndexOnce(a, 100 + rep, 3);
+  other.join();
 }
 
 }  // namespace

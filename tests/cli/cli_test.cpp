@@ -18,9 +18,10 @@ struct RunResult {
   std::string out;  // stdout and stderr together
 };
 
-RunResult RunM2(const std::string& args) {
+// `env`: assignments put before the command, e.g. "M2_KERNELS=avx2 ".
+RunResult RunM2(const std::string& args, const std::string& env = "") {
   const char* bin = std::getenv("M2_BINARY");
-  const std::string cmd = std::string(bin ? bin : "build/src/cli/m2") + " " + args + " 2>&1";
+  const std::string cmd = env + std::string(bin ? bin : "build/src/cli/m2") + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return {-1, ""};
   std::string out;
@@ -108,6 +109,46 @@ TEST(CliTest, BadInputGivesClearErrors) {
   r = RunM2("inspect -m testdata/golden/tiny-fp8/golden.json");  // a file that is not a config
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("architectures"), std::string::npos) << r.out;
+}
+
+// Arguments the benchmark cannot use are errors naming the flag, before any work.
+TEST(CliTest, BenchArgumentErrors) {
+  auto r = RunM2("bench -m models/m2-tiny --context 0");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("--context: each decode context length must be at least 1, found 0"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("check failed"), std::string::npos) << r.out;
+  r = RunM2("bench -m models/m2-tiny --prefill 0");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("--prefill: each prompt length must be at least 1, found 0"), std::string::npos) << r.out;
+  r = RunM2("bench -m models/m2-tiny --prefill 128,x");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("--prefill: expected prompt lengths as positive integers"), std::string::npos) << r.out;
+  r = RunM2("bench -m models/m2-tiny --competing-load -t 1");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("give -t 2 or more"), std::string::npos) << r.out;
+}
+
+// A bad M2_KERNELS is an error that names the choices, whatever the command.
+TEST(CliTest, UnknownKernelsValueIsAnError) {
+  auto r = RunM2("logits -m testdata/golden/tiny-fp8 --ids 1,2", "M2_KERNELS=avx3 ");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("M2_KERNELS: expected portable, avx2 or avx512"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("'avx3'"), std::string::npos) << r.out;
+  r = RunM2("logits -m testdata/golden/tiny-fp8 --ids 1,2", "M2_KERNELS=portable ");
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
+// -t/--threads on every command that runs the model.
+TEST(CliTest, EveryModelCommandTakesThreads) {
+  for (const char* cmd : {"generate", "chat", "serve", "bench", "perplexity", "logits", "quantize"}) {
+    auto r = RunM2(std::string(cmd) + " --help");
+    EXPECT_EQ(r.code, 0) << cmd;
+    EXPECT_NE(r.out.find("-t,--threads"), std::string::npos) << cmd << ":\n" << r.out;
+  }
+  auto one = RunM2("logits -m testdata/golden/tiny-fp8 --ids 1,2,3 -t 1");
+  auto three = RunM2("logits -m testdata/golden/tiny-fp8 --ids 1,2,3 --threads 3");
+  ASSERT_EQ(one.code, 0) << one.out;
+  EXPECT_EQ(one.out, three.out);
 }
 
 }  // namespace

@@ -28,8 +28,7 @@ namespace m2 {
 namespace {
 
 TEST(NoAllocation, WarmDecodeStepsAllocateNothing) {
-  ThreadPool::SetGlobalThreads(2);
-  auto model = Model::Load("testdata/golden/tiny-mtp", {.progress = false});
+  auto model = Model::Load("testdata/golden/tiny-mtp", {.progress = false, .threads = 2});
   ASSERT_TRUE(model.ok()) << model.status().message();
   Model& m = **model;
   ASSERT_GT(m.num_mtp_modules(), 0);
@@ -76,7 +75,6 @@ TEST(NoAllocation, WarmDecodeStepsAllocateNothing) {
   for (int i = 0; i < 3; ++i) step(30 + i, true);
   g_counting = false;
   EXPECT_EQ(g_allocations.load(), 0) << "allocations during 3 warm decode steps (trunk + MTP module 0)";
-  ThreadPool::SetGlobalThreads(0);
 }
 
 }  // namespace
