@@ -1,0 +1,22 @@
+#!/bin/sh
+# Fails if an object compiled for one SIMD family (its name contains avx512 or avx2)
+# defines a weak / unique symbol outside its own namespace (m2::avx512 / m2::avx2).
+# Such symbols (inline templates such as std::vector<float>::resize) are merged by the
+# linker into one copy for the whole program, possibly the AVX-512 one, which then
+# faults on a CPU without AVX-512. Usage: check_isa_symbols.sh OBJECT...
+status=0
+for obj in "$@"; do
+  case "$obj" in
+    *avx512*) ns='m2::avx512::' ;;
+    *avx2*) ns='m2::avx2::' ;;
+    *) continue ;;
+  esac
+  bad=$(nm -C "$obj" | grep -E ' [WVu] ' | grep -v " $ns" | grep -v "guard variable for $ns" || true)
+  if [ -n "$bad" ]; then
+    echo "$obj defines shared inline symbols outside $ns (the linker may keep this ISA's copy for every CPU):"
+    echo "$bad"
+    status=1
+  fi
+done
+[ $status -eq 0 ] && echo "ISA objects define no shared inline symbols outside their namespaces"
+exit $status
