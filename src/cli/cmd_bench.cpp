@@ -270,7 +270,6 @@ int Run(const BenchOptions& o) {
     runtime::SpecOptions spec;
     auto mode = runtime::ParseSpecMode(o.spec);
     if (!mode.ok()) return Fail(Status(mode.status()).WithContext("--spec"));
-    if (*mode == runtime::SpecMode::kMtp) return Fail(Error("--spec mtp is not available in the engine yet; use lookup"));
     spec.mode = *mode;
     spec.draft = o.draft;
     if (Status st = spec.Validate(); !st.ok()) return Fail(st);

@@ -121,6 +121,7 @@ int RunSpecBench(Model& m, const std::string& model_dir, const runtime::SpecOpti
   }
   runtime::EngineOptions eo;
   eo.prefix_cache = false;
+  eo.spec = spec;  // (mtp: the pool holds the modules' caches)
   auto engine = runtime::Engine::Create(m, tok->get(), eo);
   if (!engine.ok()) {
     std::fprintf(stderr, "error: %s\n", engine.status().message().c_str());

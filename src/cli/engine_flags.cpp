@@ -18,8 +18,9 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags& f, bool serving) {
   cmd->add_flag("--no-prefix-cache", f.no_prefix_cache, "Do not keep and share the KV blocks of earlier prompts");
   cmd->add_option("--spec", f.spec,
                   "Speculative decoding: lookup (draft the continuation of the latest earlier occurrence of the last "
-                  "n-gram: fast when the output copies its context, as edits and tool results do) or off (default). "
-                  "The output is the same either way");
+                  "n-gram: fast when the output copies its context, as edits and tool results do), mtp (the model's "
+                  "multi-token-prediction modules draft; needs a model that has them) or off (default). The output is "
+                  "the same either way");
   cmd->add_option("--draft", f.draft, "Speculative decoding: most tokens drafted per verification step (default 4)");
   cmd->add_option("--spec-ngram", f.spec_ngram, "--spec lookup: longest n-gram matched (default 3; down to 1)");
   if (serving) {
@@ -38,8 +39,6 @@ Result<runtime::EngineOptions> ResolveEngineFlags(const EngineFlags& f, const Mo
   o.max_queue = f.max_queue;
   o.prefix_cache = !f.no_prefix_cache;
   M2_ASSIGN_OR_RETURN(o.spec.mode, runtime::ParseSpecMode(f.spec));
-  if (o.spec.mode == runtime::SpecMode::kMtp)
-    return Error("--spec mtp is not available in the serving engine yet; use --spec lookup or --spec off");
   o.spec.draft = f.draft;
   o.spec.ngram_max = f.spec_ngram;
   M2_RETURN_IF_ERROR(runtime::KvBudgetBlocks(config, o).status());

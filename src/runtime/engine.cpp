@@ -50,6 +50,17 @@ struct Engine::Seq {
   std::vector<int32_t> ids;  // prompt, then generated ids (the last one not yet run)
   std::vector<int32_t> draft;  // speculative tokens to verify after ids.back() this step
   int draft_len = -1;          // current draft length (adapts; -1: not started)
+  // MTP speculation: trunk hidden rows h^0 for positions [hidden_from, hidden_from +
+  // rows), the draft made after the last step, and the tokens the module caches read
+  // beyond ids[0, mtp_read_from) (the drafts): entries that read a draft the output did
+  // not take are rolled back (Model::TruncateMtp).
+  bool mtp = false;
+  std::vector<float> hidden;
+  int64_t hidden_from = 0;
+  std::vector<int32_t> mtp_draft;
+  int64_t mtp_read_from = 0;
+  std::vector<int32_t> mtp_read;
+  std::vector<float> mtp_h;  // module k's hidden output rows, input of module k + 1
   size_t prompt_len = 0;
   std::unique_ptr<SequenceCache> cache;  // null while waiting
   int64_t registered = 0;                // leading full blocks registered in the prefix cache
@@ -83,7 +94,12 @@ int64_t KvBytesPerToken(const ModelConfig& cfg, KvDtype dtype) {
 Result<int64_t> KvBudgetBlocks(const ModelConfig& cfg, const EngineOptions& o) {
   M2_RETURN_IF_ERROR(o.Validate());
   const int64_t bt = o.block_tokens;
-  const double block_bytes = static_cast<double>(KvBytesPerToken(cfg, o.kv_dtype) * bt);
+  // With --spec mtp every block also holds the MTP modules' layers.
+  const int64_t layers_bytes = KvBytesPerToken(cfg, o.kv_dtype) +
+                               (o.spec.mode == SpecMode::kMtp && cfg.num_hidden_layers > 0
+                                    ? KvBytesPerToken(cfg, o.kv_dtype) / cfg.num_hidden_layers * cfg.num_mtp_modules
+                                    : 0);
+  const double block_bytes = static_cast<double>(layers_bytes * bt);
   if (o.kv_tokens > 0) return (o.kv_tokens + bt - 1) / bt;
   if (o.kv_memory_gib > 0) {
     const auto blocks = static_cast<int64_t>(o.kv_memory_gib * kGiB / block_bytes);
@@ -111,7 +127,10 @@ Result<std::unique_ptr<Engine>> Engine::Create(Model& model, const text::Tokeniz
 Engine::Engine(Model& model, const text::Tokenizer* tokenizer, EngineOptions options, int64_t blocks)
     : model_(model), tokenizer_(tokenizer), options_(options) {
   // The trunk's layers only: MTP modules keep caches of their own (speculative decoding).
-  pool_ = std::make_unique<KvBlockPool>(model_.cache_layout(options_.block_tokens, false, options_.kv_dtype), blocks);
+  // With --spec mtp the pool also holds one KV layer per MTP module (their own caches).
+  pool_has_mtp_ = options_.spec.mode == SpecMode::kMtp && model_.num_mtp_modules() > 0;
+  pool_ = std::make_unique<KvBlockPool>(
+      model_.cache_layout(options_.block_tokens, pool_has_mtp_, options_.kv_dtype), blocks);
   stats_.kv_blocks_total = blocks;
   stats_.block_tokens = options_.block_tokens;
   shared_stats_ = stats_;
@@ -134,9 +153,12 @@ Status Engine::ValidateRequest(const Request& r) const {
   if (r.prompt.empty()) return Error("the prompt is empty: generation needs at least one token");
   const SpecOptions& spec = r.spec ? *r.spec : options_.spec;
   M2_RETURN_IF_ERROR(spec.Validate());
-  if (spec.mode == SpecMode::kMtp)
-    return Error("speculative decoding with the MTP modules (--spec mtp) is not available in the serving engine yet; "
-                 "use --spec lookup (prompt lookup, no weights needed) or --spec off");
+  if (spec.mode == SpecMode::kMtp && model_.num_mtp_modules() == 0)
+    return Error("--spec mtp needs a model with multi-token-prediction modules, and this one has none (the released "
+                 "MiniMax-M2 checkpoints ship without their weights): use --spec lookup");
+  if (spec.mode == SpecMode::kMtp && !pool_has_mtp_)
+    return Error("a request asked for MTP speculation, but the engine was started without it: start it with --spec mtp "
+                 "(its KV pool then holds the modules' caches)");
   for (size_t i = 0; i < r.prompt.size(); ++i)
     if (r.prompt[i] < 0 || r.prompt[i] >= cfg.vocab_size)
       return Error("prompt token {} (id {}) is outside the model's vocabulary [0, {})", i, r.prompt[i], cfg.vocab_size);
@@ -170,6 +192,7 @@ Result<uint64_t> Engine::Submit(Request request) {
   s->ids = request.prompt;
   s->prompt_len = request.prompt.size();
   s->req = std::move(request);
+  s->mtp = SpecOf(*s).mode == SpecMode::kMtp;
   if (s->req.sampler != nullptr) {
     s->sampler = s->req.sampler;
   } else {
@@ -215,6 +238,12 @@ void Engine::Admit(Seq& s) {
   const auto n = static_cast<int64_t>(s.ids.size());
   int64_t reused = 0;
   KvSession* session = s.req.session;
+  if (s.mtp && session != nullptr) {
+    // The MTP modules need the trunk's hidden states of every position they have not
+    // seen, which a kept cache does not have: start over (prefix reuse is off too).
+    session->cache_.reset();
+    session->ids_.clear();
+  }
   if (session != nullptr && session->cache_ != nullptr) {
     // Token-exact reuse of the conversation's cache. The last id is always run again:
     // its logits are needed and the cache keeps keys and values, not logits.
@@ -235,7 +264,7 @@ void Engine::Admit(Seq& s) {
     reused = common;
   } else {
     s.cache = std::make_unique<SequenceCache>(pool_.get());
-    if (options_.prefix_cache && pool_->prefix_cache_supported()) {
+    if (options_.prefix_cache && pool_->prefix_cache_supported() && !s.mtp) {
       std::vector<int32_t> blocks;
       uint64_t h = 0;
       for (int64_t b = 0; (b + 1) * bt <= n; ++b) {
@@ -268,6 +297,10 @@ void Engine::Admit(Seq& s) {
 void Engine::Preempt(Seq& s) {
   s.cache.reset();
   s.draft.clear();
+  s.hidden.clear();
+  s.hidden_from = 0;
+  s.mtp_draft.clear();
+  s.mtp_read.clear();
   s.registered = 0;
   s.parent_hash = 0;
   ++s.result.stats.preemptions;
@@ -275,7 +308,9 @@ void Engine::Preempt(Seq& s) {
 }
 
 void Engine::RegisterFullBlocks(Seq& s) {
-  if (!options_.prefix_cache || !pool_->prefix_cache_supported()) return;
+  // MTP sequences keep their blocks to themselves: the module layers of a block are
+  // written after the trunk's (a registered block is immutable and would be copied).
+  if (!options_.prefix_cache || !pool_->prefix_cache_supported() || s.mtp) return;
   const int64_t bt = options_.block_tokens;
   const int64_t full = s.cache->length() / bt;
   const auto& table = s.cache->block_table();
@@ -387,9 +422,11 @@ void Engine::AfterForward(Seq& s, int64_t ran, float* logits) {
   EmitToken(s, next);
 }
 
+const SpecOptions& Engine::SpecOf(const Seq& s) const { return s.req.spec ? *s.req.spec : options_.spec; }
+
 void Engine::Draft(Seq& s) {
   s.draft.clear();
-  const SpecOptions& sp = s.req.spec ? *s.req.spec : options_.spec;
+  const SpecOptions& sp = SpecOf(s);
   if (sp.mode == SpecMode::kOff || s.cache == nullptr || s.remaining() != 1) return;
   // No more drafts than can be kept: the model's own token follows them, within
   // max_new_tokens and the context.
@@ -403,6 +440,95 @@ void Engine::Draft(Seq& s) {
   const auto most = static_cast<int>(std::clamp<int64_t>(std::min(left, room), 0, std::min(s.draft_len, sp.draft)));
   if (most == 0) return;
   if (sp.mode == SpecMode::kLookup) LookupDraft(s.ids, most, sp.ngram_max, sp.ngram_min, s.draft);
+  if (sp.mode == SpecMode::kMtp)  // made after the last step (DraftMtp)
+    s.draft.assign(s.mtp_draft.begin(), s.mtp_draft.begin() + std::min<int64_t>(most, s.mtp_draft.size()));
+}
+
+namespace {
+int32_t Argmax(const float* row, int64_t V) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < V; ++i)
+    if (row[i] > row[best]) best = i;
+  return static_cast<int32_t>(best);
+}
+}  // namespace
+
+void Engine::DraftMtp() {
+  const int64_t H = model_.config().hidden_size, V = model_.config().vocab_size;
+  const int64_t modules = model_.num_mtp_modules();
+  // Per sequence: roll the module caches back to the tokens still true, then the rows
+  // every module runs: positions s0..N-1 (s0 = how far the last module's cache is
+  // filled; N = the trunk's length; t_N = ids.back() is chosen, not yet run).
+  std::vector<int64_t> K(mtp_seqs_.size()), s0(mtp_seqs_.size());
+  int64_t kmax = 0;
+  for (size_t q = 0; q < mtp_seqs_.size(); ++q) {
+    Seq& s = *mtp_seqs_[q];
+    int64_t kept = s.mtp_read_from;
+    while (kept - s.mtp_read_from < static_cast<int64_t>(s.mtp_read.size()) && kept < static_cast<int64_t>(s.ids.size()) &&
+           s.mtp_read[static_cast<size_t>(kept - s.mtp_read_from)] == s.ids[static_cast<size_t>(kept)])
+      ++kept;
+    if (s.mtp_read.empty()) kept = static_cast<int64_t>(s.ids.size());  // nothing drafted was read
+    model_.TruncateMtp(*s.cache, kept);
+    const int64_t N = s.cache->length();
+    // Hidden rows past the trunk's length belong to rejected drafts.
+    s.hidden.resize(static_cast<size_t>(std::max<int64_t>(0, N - s.hidden_from) * H));
+    s.mtp_draft.clear();
+    s.mtp_read.clear();
+    // Every module runs every round (a module left behind would need hidden rows long
+    // gone); the adaptive draft length only limits how many drafts are verified.
+    K[q] = std::min<int64_t>(SpecOf(s).draft, modules);
+    s0[q] = s.cache->filled(model_.mtp_cache_layer(K[q] - 1));
+    if (s0[q] < s.hidden_from || N == 0) K[q] = 0;  // (cannot happen: rows are kept from N + 1 - modules)
+    kmax = std::max(kmax, K[q]);
+  }
+  std::vector<SequenceCache*> caches;
+  for (Seq* s : mtp_seqs_) caches.push_back(s->cache.get());
+  std::vector<float> hidden_in, logits, hidden_out;
+  for (int64_t k = 0; k < kmax; ++k) {
+    MtpBatch b;
+    hidden_in.clear();
+    for (size_t q = 0; q < mtp_seqs_.size(); ++q) {
+      if (K[q] <= k) continue;
+      Seq& s = *mtp_seqs_[q];
+      const int64_t N = s.cache->length();
+      for (int64_t i = s0[q]; i < N; ++i) {
+        const int64_t t = i + k + 1;  // module k at i reads t_{i+k+1}: past ids.back(), a draft of this round
+        const int32_t tok = t < static_cast<int64_t>(s.ids.size()) ? s.ids[static_cast<size_t>(t)]
+                                                                   : s.mtp_draft[static_cast<size_t>(t - s.ids.size())];
+        b.Add(tok, static_cast<int32_t>(q), i, i + 1 == N);
+      }
+      const float* src = k == 0 ? s.hidden.data() + (s0[q] - s.hidden_from) * H : s.mtp_h.data();
+      hidden_in.insert(hidden_in.end(), src, src + (N - s0[q]) * H);
+    }
+    logits.clear();
+    hidden_out.clear();
+    if (Status st = model_.ForwardMtp(k, b, hidden_in, caches, logits, hidden_out); !st.ok()) {
+      for (size_t q = 0; q < mtp_seqs_.size(); ++q)
+        if (K[q] > k) Finish(*mtp_seqs_[q], StopReason::kError, Error("the MTP draft pass failed: {}", st.message()));
+      return;
+    }
+    size_t row = 0, hrow = 0;
+    for (size_t q = 0; q < mtp_seqs_.size(); ++q) {
+      if (K[q] <= k) continue;
+      Seq& s = *mtp_seqs_[q];
+      const int64_t rows = s.cache->length() - s0[q];
+      s.mtp_h.assign(hidden_out.begin() + static_cast<std::ptrdiff_t>(hrow * H),
+                     hidden_out.begin() + static_cast<std::ptrdiff_t>((hrow + rows) * H));
+      hrow += static_cast<size_t>(rows);
+      s.mtp_draft.push_back(Argmax(logits.data() + row * V, V));  // greedy drafts: one fixed token each
+      ++row;
+    }
+  }
+  for (size_t q = 0; q < mtp_seqs_.size(); ++q) {
+    Seq& s = *mtp_seqs_[q];
+    s.mtp_read_from = static_cast<int64_t>(s.ids.size());
+    s.mtp_read = s.mtp_draft;
+    // Keep the hidden rows a later round may start from (the last module's cache can
+    // fall back at most `modules` positions behind the trunk).
+    const int64_t keep_from = std::max<int64_t>(s.hidden_from, s.cache->length() - modules);
+    s.hidden.erase(s.hidden.begin(), s.hidden.begin() + static_cast<std::ptrdiff_t>((keep_from - s.hidden_from) * H));
+    s.hidden_from = keep_from;
+  }
 }
 
 void Engine::AfterVerify(Seq& s, float* logits) {
@@ -601,25 +727,44 @@ bool Engine::Step() {
     batch_.want_hidden.clear();
     caches_.clear();
     scheduled_rows_.clear();
+    scheduled_from_.clear();
+    bool any_mtp = false;
     for (size_t i = 0; i < scheduled_.size(); ++i) {
       Seq& s = *scheduled_[i];
       const int64_t from = s.cache->length(), n = scheduled_tokens_[i];
       const auto have = static_cast<int64_t>(s.ids.size());
+      any_mtp = any_mtp || s.mtp;
       if (!s.draft.empty()) {  // verification: the last id and the drafts, a row of logits each
         for (int64_t j = 0; j < n; ++j)
           batch_.Add(from + j < have ? s.ids[static_cast<size_t>(from + j)] : s.draft[static_cast<size_t>(from + j - have)],
-                     static_cast<int32_t>(i), true);
+                     static_cast<int32_t>(i), true, s.mtp);
         scheduled_rows_.push_back(n);
       } else {
         const bool logits = from + n == have;
         for (int64_t j = 0; j < n; ++j)
-          batch_.Add(s.ids[static_cast<size_t>(from + j)], static_cast<int32_t>(i), logits && j + 1 == n);
+          batch_.Add(s.ids[static_cast<size_t>(from + j)], static_cast<int32_t>(i), logits && j + 1 == n, s.mtp);
         scheduled_rows_.push_back(logits ? 1 : 0);
       }
+      scheduled_from_.push_back(from);
       caches_.push_back(s.cache.get());
     }
     logits_.clear();
-    Status st = model_.Forward(batch_, caches_, logits_);
+    hidden_.clear();
+    Status st = any_mtp ? model_.Forward(batch_, caches_, logits_, hidden_) : model_.Forward(batch_, caches_, logits_);
+    if (st.ok() && any_mtp) {  // MTP sequences keep their trunk hidden rows (the modules' input)
+      const int64_t H = model_.config().hidden_size;
+      size_t hrow = 0;
+      for (size_t i = 0; i < scheduled_.size(); ++i) {
+        Seq& s = *scheduled_[i];
+        if (!s.mtp) continue;
+        const int64_t n = scheduled_tokens_[i];
+        if (s.hidden.empty()) s.hidden_from = scheduled_from_[i];
+        s.hidden.resize(static_cast<size_t>((scheduled_from_[i] - s.hidden_from) * H));  // (rows past `from` are stale)
+        s.hidden.insert(s.hidden.end(), hidden_.begin() + static_cast<std::ptrdiff_t>(hrow * H),
+                        hidden_.begin() + static_cast<std::ptrdiff_t>((hrow + n) * H));
+        hrow += static_cast<size_t>(n);
+      }
+    }
     ++stats_.steps;
     const int64_t V = model_.config().vocab_size;
     size_t row = 0;
@@ -634,6 +779,12 @@ bool Engine::Step() {
       else AfterForward(s, scheduled_tokens_[i], rows > 0 ? logits_.data() + row * V : nullptr);
       row += static_cast<size_t>(rows);
     }
+    // MTP sequences with a token chosen and not yet run draft their next verification.
+    mtp_seqs_.clear();
+    if (st.ok())
+      for (Seq* s : scheduled_)
+        if (s->mtp && !s->done && s->cache != nullptr && s->remaining() == 1) mtp_seqs_.push_back(s);
+    if (!mtp_seqs_.empty()) DraftMtp();
   }
   drop_done();
   PublishStats();

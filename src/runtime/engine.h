@@ -199,6 +199,10 @@ class Engine {
   void AfterVerify(Seq& s, float* logits);
   // Proposes s.draft for a sequence about to decode (empty when speculation is off).
   void Draft(Seq& s);
+  // MTP drafting for the sequences in mtp_seqs_ (after a step's sampling): module caches
+  // rolled back to what is still true, then modules 0..K-1 in one batch each.
+  void DraftMtp();
+  const SpecOptions& SpecOf(const Seq& s) const;
   void EmitToken(Seq& s, int32_t token);
   void RegisterFullBlocks(Seq& s);
   // The most of its next n tokens a sequence can run with free_blocks more blocks.
@@ -237,6 +241,10 @@ class Engine {
   std::vector<int64_t> scheduled_rows_;  // logits rows each scheduled sequence gets
   std::vector<int32_t> spec_out_;
   std::vector<int64_t> needs_;
+  std::vector<int64_t> scheduled_from_;  // cache length of each scheduled sequence before the pass
+  std::vector<float> hidden_;            // trunk hidden rows of the pass (MTP sequences)
+  std::vector<Seq*> mtp_seqs_;
+  bool pool_has_mtp_ = false;
   std::vector<Seq*> order_;
   std::unordered_set<uint64_t> cancel_scratch_;
   std::vector<float> raw_scratch_;

@@ -106,7 +106,8 @@ Status ParseSampling(const Json& body, const runtime::SamplingParams& defaults, 
   return s.Validate();
 }
 
-// "speculative": "lookup" | "off", or {"mode": "lookup" | "off", "draft": 1..16}.
+// "speculative": "lookup" | "mtp" | "off", or {"mode": ..., "draft": 1..16} (mtp needs a
+// server started with --spec mtp: the engine refuses the request otherwise).
 Status ParseSpec(const Json& body, std::optional<runtime::SpecOptions>& out) {
   auto it = body.find("speculative");
   if (it == body.end() || it->is_null()) return Status::Ok();
@@ -124,13 +125,12 @@ Status ParseSpec(const Json& body, std::optional<runtime::SpecOptions>& out) {
     if (!draft.ok()) return Error("speculative.{}", draft.status().message());
     if (*draft) spec.draft = static_cast<int>(**draft);
   } else {
-    return Error("speculative: expected \"lookup\", \"off\" or an object {{\"mode\", \"draft\"}}, found {}", TypeName(*it));
+    return Error("speculative: expected \"lookup\", \"mtp\", \"off\" or an object {{\"mode\", \"draft\"}}, found {}",
+                 TypeName(*it));
   }
   if (mode != nullptr) {
     if (!mode->is_string()) return Error("speculative.mode: expected a string, found {}", TypeName(*mode));
     M2_ASSIGN_OR_RETURN(spec.mode, runtime::ParseSpecMode(mode->get<std::string>()));
-    if (spec.mode == runtime::SpecMode::kMtp)
-      return Error("speculative: mtp is not available in this server yet; use \"lookup\" or \"off\"");
   }
   M2_RETURN_IF_ERROR(spec.Validate());
   out = spec;

@@ -249,14 +249,80 @@ TEST(Speculative, StopStringsAndMaxTokensEndWhereThePlainRunEnds) {
   }
 }
 
-TEST(Speculative, MtpIsRefusedWithAClearErrorUntilTheEngineRunsIt) {
-  auto e = Engine::Create(Tiny(), &TinyTokenizer(), {});
-  ASSERT_TRUE(e.ok());
+SpecOptions Mtp(int n) {
   SpecOptions s;
   s.mode = SpecMode::kMtp;
-  auto id = (*e)->Submit(Make(Prompts()[0], 4, Greedy(), s));
+  s.draft = n;
+  return s;
+}
+
+// An engine whose pool holds the MTP modules' caches (EngineOptions::spec = mtp).
+GenerationResult SoloMtp(const Request& r, int draft) {
+  EngineOptions o;
+  o.prefix_cache = false;
+  o.spec = Mtp(draft);
+  auto e = Engine::Create(Tiny(), &TinyTokenizer(), o);
+  EXPECT_TRUE(e.ok());
+  auto out = (*e)->Generate(r);
+  EXPECT_TRUE(out.ok()) << out.status().message();
+  EXPECT_EQ((*e)->pool().blocks_in_use(), 0);
+  return out.ok() ? *out : GenerationResult{};
+}
+
+// The bundled model's trained MTP modules draft; the output equals plain decoding
+// (greedy and seeded) for every number of modules used, and drafts are accepted.
+TEST(Speculative, MtpDraftsGiveTheSameTokensAsPlainDecoding) {
+  const auto prompts = Prompts();
+  int64_t drafted = 0, accepted = 0;
+  for (int n : {1, 2, 3}) {
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      for (bool sampled : {false, true}) {
+        if (kSanitized && (n != 3 || sampled)) continue;
+        const SamplingParams sp = sampled ? Seeded(40 + i) : Greedy();
+        const auto plain = Solo(Make(prompts[i], 40, sp)).tokens;
+        const GenerationResult r = SoloMtp(Make(prompts[i], 40, sp, Mtp(n)), n);
+        EXPECT_EQ(r.tokens, plain) << "modules " << n << " prompt " << i << (sampled ? " sampled" : " greedy");
+        drafted += r.stats.draft_tokens;
+        accepted += r.stats.accepted_tokens;
+      }
+    }
+  }
+  EXPECT_GT(drafted, accepted);
+  EXPECT_GT(accepted, kSanitized ? 10 : 60);
+}
+
+// MTP, lookup and plain requests in one engine, batched, with a pool small enough to
+// preempt: every output equals its plain run, no block leaks.
+TEST(Speculative, MtpBatchedWithLookupAndPlainRequests) {
+  const auto prompts = Prompts();
+  EngineOptions o;
+  o.kv_tokens = 384;
+  o.max_batch_tokens = 48;
+  o.spec = Mtp(3);
+  auto e = Engine::Create(Tiny(), &TinyTokenizer(), o);
+  ASSERT_TRUE(e.ok());
+  std::vector<Request> reqs;
+  for (size_t i = 0; i < 9; ++i) {
+    const auto& p = prompts[i % prompts.size()];
+    SpecOptions none;
+    reqs.push_back(i % 3 == 0 ? Make(p, 40, Greedy(), none)
+                              : Make(p, 40, i % 2 ? Greedy() : Seeded(i), i % 3 == 1 ? Mtp(1 + i % 3) : Lookup(4)));
+  }
+  const auto results = Batched(reqs, **e);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    Request plain = reqs[i];
+    plain.spec = SpecOptions{};
+    EXPECT_EQ(results[i].tokens, Solo(plain).tokens) << "request " << i;
+  }
+  EXPECT_EQ((*e)->pool().blocks_in_use(), 0);
+}
+
+TEST(Speculative, MtpNeedsAnEngineStartedWithIt) {
+  auto e = Engine::Create(Tiny(), &TinyTokenizer(), {});
+  ASSERT_TRUE(e.ok());
+  auto id = (*e)->Submit(Make(Prompts()[0], 4, Greedy(), Mtp(2)));
   ASSERT_FALSE(id.ok());
-  EXPECT_NE(id.status().message().find("--spec lookup"), std::string::npos);
+  EXPECT_NE(id.status().message().find("--spec mtp"), std::string::npos);
 }
 
 }  // namespace
