@@ -137,6 +137,15 @@ Status ParseSpec(const Json& body, std::optional<runtime::SpecOptions>& out) {
   return Status::Ok();
 }
 
+// A required or named tool choice needs the tools it names (both APIs).
+Status CheckToolChoice(const ChatJob& job) {
+  if ((job.tool_choice == ToolChoice::kRequired || job.tool_choice == ToolChoice::kNamed) && job.toolset.empty())
+    return Error("tool_choice: a tool call was required, but the request offers no tools");
+  if (job.tool_choice == ToolChoice::kNamed && !job.toolset.Has(job.tool_name))
+    return Error("tool_choice: the request offers no tool named '{}'", job.tool_name);
+  return Status::Ok();
+}
+
 Status CheckObject(const Json& body) {
   if (!body.is_object()) return Error("the request body must be a JSON object, found {}", TypeName(body));
   return Status::Ok();
@@ -232,12 +241,7 @@ Status ParseOpenAITools(const Json& body, ChatJob& job) {
                  "{{\"name\": ...}}}}, found {}",
                  c->dump());
   }
-  if (job.tool_choice == ToolChoice::kRequired || job.tool_choice == ToolChoice::kNamed) {
-    if (job.toolset.empty()) return Error("tool_choice: a tool call was required, but the request offers no tools");
-    if (job.tool_choice == ToolChoice::kNamed && !job.toolset.Has(job.tool_name))
-      return Error("tool_choice: the request offers no tool named '{}'", job.tool_name);
-  }
-  return Status::Ok();
+  return CheckToolChoice(job);
 }
 
 }  // namespace
@@ -418,10 +422,7 @@ Result<ChatJob> ParseAnthropicMessages(const Json& body, const runtime::Sampling
     }
     if (c.contains("disable_parallel_tool_use") && c["disable_parallel_tool_use"].is_boolean())
       job.parallel_tool_calls = !c["disable_parallel_tool_use"].get<bool>();
-    if ((job.tool_choice == ToolChoice::kRequired || job.tool_choice == ToolChoice::kNamed) && job.toolset.empty())
-      return Error("tool_choice: a tool call was required, but the request offers no tools");
-    if (job.tool_choice == ToolChoice::kNamed && !job.toolset.Has(job.tool_name))
-      return Error("tool_choice: the request offers no tool named '{}'", job.tool_name);
+    M2_RETURN_IF_ERROR(CheckToolChoice(job));
   }
   M2_RETURN_IF_ERROR(ParseSampling(body, defaults, job.sampling));
   M2_RETURN_IF_ERROR(ParseSpec(body, job.spec));
