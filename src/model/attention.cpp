@@ -3,6 +3,7 @@
 //   RoPE (NeoX) on channels [0, rotary_dim) of every q and k head
 //   o_h = softmax(q_h K_g^T / sqrt(head_dim)) V_g, g = h / (heads / kv_heads), causal
 //   out = concat_h(o_h) Wo^T
+#include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
 
@@ -58,8 +59,16 @@ void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t
   // work grows with its position, so the tokens are visited in the order 0, n-1, 1, n-2,
   // ... which gives every chunk about the same amount of work.
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  pool.ParallelFor(n * KV, 1, [&](int64_t i0, int64_t i1, int) {
-    thread_local std::vector<float> scores;
+  // Scores scratch per thread slot, sized here on the calling thread: chunks go to
+  // whichever thread is free (thread_pool.h), so a slot may meet its longest row in any
+  // step, and a warm step must not allocate.
+  int64_t longest = 0;
+  for (int64_t t = 0; t < n; ++t) longest = std::max<int64_t>(longest, slots[t].pos + 1);
+  if (s.attn_scores.size() < static_cast<size_t>(pool.size())) s.attn_scores.resize(static_cast<size_t>(pool.size()));
+  for (auto& sc : s.attn_scores)
+    if (sc.size() < static_cast<size_t>(group * longest)) sc.resize(static_cast<size_t>(group * longest));
+  pool.ParallelFor(n * KV, 1, [&](int64_t i0, int64_t i1, int th) {
+    std::vector<float>& scores = s.attn_scores[static_cast<size_t>(th)];
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t u = i / KV, g = i % KV;
       const int64_t t = u % 2 == 0 ? u / 2 : n - 1 - u / 2;
@@ -74,7 +83,6 @@ void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t
       kv.head_offset = g * kv.block_tokens * D;  // head-major blocks (kv_cache.h)
       kv.row_stride = D;
       kv.length = slots[t].pos + 1;  // causal: positions 0..pos of its own sequence
-      if (scores.size() < static_cast<size_t>(group * kv.length)) scores.resize(static_cast<size_t>(group * kv.length));
       AttendGroup(&s.q[t * qd + g * group * D], group, D, kv, scale, scores.data(), &s.attn[t * qd + g * group * D]);
     }
   });

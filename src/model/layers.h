@@ -47,6 +47,7 @@ struct Scratch {
     std::vector<float> gathered, gate, up, down;
   };
   std::vector<ExpertThread> expert_threads;
+  std::vector<std::vector<float>> attn_scores;  // per pool thread slot
 };
 
 // out[n, hidden] = self-attention of x[n, hidden] (already normed). Writes this

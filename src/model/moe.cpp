@@ -99,6 +99,16 @@ void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int64_t layer, cons
     const int64_t used = static_cast<int64_t>(s.used.size());
     s.experts_run += used;
     if (threads > 1 && used >= 4 * threads) {
+      // Any slot may take the biggest expert (s.used is biggest first): size every slot's
+      // scratch for it here, on the calling thread, so a warm step allocates nothing
+      // whichever thread gets which expert.
+      const auto most = static_cast<size_t>(by_expert[s.used[0]].size());
+      for (int t = 0; t < threads; ++t) {
+        auto& es = s.expert_threads[static_cast<size_t>(t)];
+        if (es.gathered.size() < most * Hd) es.gathered.resize(most * Hd);
+        if (es.gate.size() < most * I) es.gate.resize(most * I), es.up.resize(most * I);
+        if (es.down.size() < most * Hd) es.down.resize(most * Hd);
+      }
       std::atomic<int64_t> next{0};
       pool.ParallelFor(threads, 1, [&](int64_t, int64_t, int th) {
         for (int64_t i = next.fetch_add(1); i < used; i = next.fetch_add(1))
