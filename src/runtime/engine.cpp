@@ -389,17 +389,33 @@ void Engine::EmitToken(Seq& s, int32_t next) {
   if (s.cache->length() >= model_.config().max_position_embeddings) return Finish(s, StopReason::kContextFull);
 }
 
-void Engine::AfterForward(Seq& s, int64_t ran, float* logits) {
+Status Engine::CheckFinite(const Seq& s, const float* row, int64_t pos) const {
+  const int64_t V = model_.config().vocab_size;
+  for (int64_t i = 0; i < V; ++i)
+    if (!std::isfinite(row[i]))
+      return Error("the model produced a non-finite logit ({} for token id {}) at position {} of request {}: the "
+                   "weights or the input overflow; the request was ended",
+                   row[i], i, pos, s.id);
+  return Status::Ok();
+}
+
+int32_t Engine::SampleRow(Seq& s, float* row, TokenLogprobs* lp) {
+  const int64_t V = model_.config().vocab_size;
+  std::vector<float>& raw = raw_scratch_;  // logprobs are of the model's own row
+  raw.clear();
+  if (lp != nullptr && s.req.logits_processor) raw.assign(row, row + V);
+  if (s.req.logits_processor)
+    s.req.logits_processor(std::span<float>(row, static_cast<size_t>(V)),
+                           std::span<const int32_t>(s.ids.data() + s.prompt_len, s.ids.size() - s.prompt_len));
+  const int32_t next = s.sampler->Sample(std::span<const float>(row, static_cast<size_t>(V)), s.ids);
+  if (lp != nullptr) *lp = ComputeLogprobs(raw.empty() ? row : raw.data(), V, next, s.req.top_logprobs, lp_scratch_);
+  return next;
+}
+
+void Engine::AfterForward(Seq& s, float* logits) {
   RegisterFullBlocks(s);
   if (logits == nullptr) return;
-  const int64_t V = model_.config().vocab_size;
-  const int64_t pos = s.cache->length() - 1;
-  for (int64_t i = 0; i < V; ++i)
-    if (!std::isfinite(logits[i]))
-      return Finish(s, StopReason::kError,
-                    Error("the model produced a non-finite logit ({} for token id {}) at position {} of request {}: "
-                          "the weights or the input overflow; the request was ended",
-                          logits[i], i, pos, s.id));
+  if (Status st = CheckFinite(s, logits, s.cache->length() - 1); !st.ok()) return Finish(s, StopReason::kError, st);
   const auto now = Clock::now();
   if (!s.got_first) {
     s.got_first = true;
@@ -408,17 +424,10 @@ void Engine::AfterForward(Seq& s, int64_t ran, float* logits) {
   } else {
     ++s.result.stats.decode_steps;
   }
-  (void)ran;
   const bool want_lp = s.req.top_logprobs >= 0 && s.req.on_logprobs;
-  std::vector<float>& raw = raw_scratch_;  // logprobs are of the model's own row
-  raw.clear();
-  if (want_lp && s.req.logits_processor) raw.assign(logits, logits + V);
-  if (s.req.logits_processor)
-    s.req.logits_processor(std::span<float>(logits, static_cast<size_t>(V)),
-                           std::span<const int32_t>(s.ids.data() + s.prompt_len, s.ids.size() - s.prompt_len));
-  const int32_t next = s.sampler->Sample(std::span<const float>(logits, static_cast<size_t>(V)), s.ids);
-  if (want_lp)
-    s.req.on_logprobs(ComputeLogprobs(raw.empty() ? logits : raw.data(), V, next, s.req.top_logprobs, lp_scratch_));
+  TokenLogprobs lp;
+  const int32_t next = SampleRow(s, logits, want_lp ? &lp : nullptr);
+  if (want_lp) s.req.on_logprobs(lp);
   EmitToken(s, next);
 }
 
@@ -459,7 +468,10 @@ void Engine::DraftMtp() {
   // Per sequence: roll the module caches back to the tokens still true, then the rows
   // every module runs: positions s0..N-1 (s0 = how far the last module's cache is
   // filled; N = the trunk's length; t_N = ids.back() is chosen, not yet run).
-  std::vector<int64_t> K(mtp_seqs_.size()), s0(mtp_seqs_.size());
+  std::vector<int64_t>& K = mtp_k_;
+  std::vector<int64_t>& s0 = mtp_s0_;
+  K.assign(mtp_seqs_.size(), 0);
+  s0.assign(mtp_seqs_.size(), 0);
   int64_t kmax = 0;
   for (size_t q = 0; q < mtp_seqs_.size(); ++q) {
     Seq& s = *mtp_seqs_[q];
@@ -481,11 +493,15 @@ void Engine::DraftMtp() {
     if (s0[q] < s.hidden_from || N == 0) K[q] = 0;  // (cannot happen: rows are kept from N + 1 - modules)
     kmax = std::max(kmax, K[q]);
   }
-  std::vector<SequenceCache*> caches;
+  std::vector<SequenceCache*>& caches = mtp_caches_;
+  caches.clear();
   for (Seq* s : mtp_seqs_) caches.push_back(s->cache.get());
-  std::vector<float> hidden_in, logits, hidden_out;
+  std::vector<float>& hidden_in = mtp_in_;
+  std::vector<float>& logits = mtp_logits_;
+  std::vector<float>& hidden_out = mtp_out_;
+  MtpBatch& b = mtp_batch_;
   for (int64_t k = 0; k < kmax; ++k) {
-    MtpBatch b;
+    b.tokens.clear(), b.seq.clear(), b.pos.clear(), b.want_logits.clear();
     hidden_in.clear();
     for (size_t q = 0; q < mtp_seqs_.size(); ++q) {
       if (K[q] <= k) continue;
@@ -540,28 +556,15 @@ void Engine::AfterVerify(Seq& s, float* logits) {
   const bool want_lp = s.req.top_logprobs >= 0 && s.req.on_logprobs;
   spec_out_.clear();
   spec_lp_.clear();
-  std::vector<float>& raw = raw_scratch_;
-  raw.clear();
   Status error;
   // Position j's row is drawn from exactly as plain decoding would draw it there (the
   // accepted drafts are in s.ids for penalties and processors); see speculative.h.
   for (int64_t j = 0; j <= k; ++j) {
     float* row = logits + j * V;
-    for (int64_t i = 0; i < V; ++i)
-      if (!std::isfinite(row[i])) {
-        error = Error("the model produced a non-finite logit ({} for token id {}) at position {} of request {}: the "
-                      "weights or the input overflow; the request was ended",
-                      row[i], i, first_pos + j, s.id);
-        break;
-      }
-    if (!error.ok()) break;
-    if (want_lp && s.req.logits_processor) raw.assign(row, row + V);
-    if (s.req.logits_processor)
-      s.req.logits_processor(std::span<float>(row, static_cast<size_t>(V)),
-                             std::span<const int32_t>(s.ids.data() + s.prompt_len, s.ids.size() - s.prompt_len));
-    const int32_t x = s.sampler->Sample(std::span<const float>(row, static_cast<size_t>(V)), s.ids);
-    if (want_lp)
-      spec_lp_.push_back(ComputeLogprobs(raw.empty() ? row : raw.data(), V, x, s.req.top_logprobs, lp_scratch_));
+    if (error = CheckFinite(s, row, first_pos + j); !error.ok()) break;
+    TokenLogprobs lp;
+    const int32_t x = SampleRow(s, row, want_lp ? &lp : nullptr);
+    if (want_lp) spec_lp_.push_back(std::move(lp));
     spec_out_.push_back(x);
     s.ids.push_back(x);
     if (j == k || x != s.draft[static_cast<size_t>(j)]) break;
@@ -776,7 +779,7 @@ bool Engine::Step() {
       }
       const int64_t rows = scheduled_rows_[i];
       if (!s.draft.empty()) AfterVerify(s, logits_.data() + row * V);
-      else AfterForward(s, scheduled_tokens_[i], rows > 0 ? logits_.data() + row * V : nullptr);
+      else AfterForward(s, rows > 0 ? logits_.data() + row * V : nullptr);
       row += static_cast<size_t>(rows);
     }
     // MTP sequences with a token chosen and not yet run draft their next verification.

@@ -193,7 +193,12 @@ class Engine {
   void Admit(Seq& s);                   // attach a cache: the session's or prefix-cache blocks
   void Preempt(Seq& s);                 // free its cache; it waits to be recomputed
   void Finish(Seq& s, StopReason reason, Status error = Status::Ok());
-  void AfterForward(Seq& s, int64_t ran, float* logits);
+  void AfterForward(Seq& s, float* logits);
+  // An error naming the first non-finite logit of `row` (position `pos`), else ok.
+  Status CheckFinite(const Seq& s, const float* row, int64_t pos) const;
+  // The request's processor and sampler on one row of logits (processed in place); its
+  // logprobs into *lp when lp is not null. s.ids is the context.
+  int32_t SampleRow(Seq& s, float* row, TokenLogprobs* lp);
   // A decoding sequence that ran its last id and k = s.draft.size() drafts: rows of
   // logits for each; keeps the agreed prefix plus the model's own next token.
   void AfterVerify(Seq& s, float* logits);
@@ -244,6 +249,10 @@ class Engine {
   std::vector<int64_t> scheduled_from_;  // cache length of each scheduled sequence before the pass
   std::vector<float> hidden_;            // trunk hidden rows of the pass (MTP sequences)
   std::vector<Seq*> mtp_seqs_;
+  std::vector<int64_t> mtp_k_, mtp_s0_;  // DraftMtp's per-step state, kept to avoid reallocating
+  std::vector<SequenceCache*> mtp_caches_;
+  std::vector<float> mtp_in_, mtp_logits_, mtp_out_;
+  MtpBatch mtp_batch_;
   bool pool_has_mtp_ = false;
   std::vector<Seq*> order_;
   std::unordered_set<uint64_t> cancel_scratch_;

@@ -22,25 +22,8 @@
 namespace m2::runtime {
 namespace {
 
-const char* kTiny = "models/m2-tiny";
-
-Model& Tiny() {
-  static std::unique_ptr<Model> m = [] {
-    auto r = Model::Load(kTiny, {.progress = false});
-    EXPECT_TRUE(r.ok()) << r.status().message();
-    return std::move(*r);
-  }();
-  return *m;
-}
-
-const text::Tokenizer& TinyTokenizer() {
-  static std::unique_ptr<text::Tokenizer> t = [] {
-    auto r = text::Tokenizer::Load(kTiny);
-    EXPECT_TRUE(r.ok()) << r.status().message();
-    return std::move(*r);
-  }();
-  return *t;
-}
+Model& Tiny() { return testing::BundledModel(); }
+const text::Tokenizer& TinyTokenizer() { return testing::BundledTokenizer(); }
 
 // Prompts of different lengths: text from the model's world, so the continuations are
 // the model's usual (not random-token noise), plus random ids for length.

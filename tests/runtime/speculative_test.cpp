@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "runtime/engine.h"
+#include "test_model.h"
 
 namespace m2::runtime {
 namespace {
@@ -57,27 +58,11 @@ TEST(SpecOptions, BadSettingsAreErrorsNamingThem) {
   EXPECT_EQ(*ParseSpecMode("lookup"), SpecMode::kLookup);
 }
 
-const char* kTiny = "models/m2-tiny";
 // A sanitizer build runs ~5x slower: fewer cases there.
 const bool kSanitized = std::getenv("M2_SANITIZED") != nullptr;
 
-Model& Tiny() {
-  static std::unique_ptr<Model> m = [] {
-    auto r = Model::Load(kTiny, {.progress = false});
-    EXPECT_TRUE(r.ok()) << r.status().message();
-    return std::move(*r);
-  }();
-  return *m;
-}
-
-const text::Tokenizer& TinyTokenizer() {
-  static std::unique_ptr<text::Tokenizer> t = [] {
-    auto r = text::Tokenizer::Load(kTiny);
-    EXPECT_TRUE(r.ok()) << r.status().message();
-    return std::move(*r);
-  }();
-  return *t;
-}
+Model& Tiny() { return testing::BundledModel(); }
+const text::Tokenizer& TinyTokenizer() { return testing::BundledTokenizer(); }
 
 // Prompts where lookup finds matches: code that repeats itself, a file to copy with an
 // edit, chat text, a tool call.

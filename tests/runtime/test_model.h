@@ -10,12 +10,15 @@
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "io/json_file.h"
+#include "model/model.h"
+#include "text/tokenizer.h"
 
 namespace m2::testing {
 
@@ -74,6 +77,25 @@ inline std::string MakeTestModel(const std::string& name, const std::string& gol
   if (with_tokenizer) WriteFile((dir / "tokenizer.json").string(), SmallTokenizerJson().dump());
   if (!generation_config.empty()) WriteFile((dir / "generation_config.json").string(), generation_config);
   return dir.string();
+}
+
+// The bundled model (models/m2-tiny) and its tokenizer, loaded once per test binary.
+inline Model& BundledModel() {
+  static std::unique_ptr<Model> m = [] {
+    auto r = Model::Load("models/m2-tiny", {.progress = false});
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? std::move(*r) : nullptr;
+  }();
+  return *m;
+}
+
+inline const text::Tokenizer& BundledTokenizer() {
+  static std::unique_ptr<text::Tokenizer> t = [] {
+    auto r = text::Tokenizer::Load("models/m2-tiny");
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? std::move(*r) : nullptr;
+  }();
+  return *t;
 }
 
 }  // namespace m2::testing
