@@ -84,7 +84,9 @@ Costs CountCosts(const Model& m) {
   const ModelWeights& w = m.weights();
   Costs k;
   for (const auto& L : w.layers) {
-    for (const LinearWeight* lw : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.o, &L.moe.gate}) {
+    for (const LinearWeight* lw : {&L.attn.q, &L.attn.k, &L.attn.v, &L.attn.o, &L.lightning.qkv, &L.lightning.gate,
+                                   &L.lightning.out, &L.moe.gate}) {
+      if (lw->rows == 0) continue;  // the other attention kind's weights
       k.linear_flops_per_token += 2.0 * lw->rows * lw->cols;
       k.weight_bytes_per_token += lw->bytes();
       k.shared_bytes += lw->bytes();
@@ -96,14 +98,19 @@ Costs CountCosts(const Model& m) {
     k.weight_bytes_per_token += c.num_experts_per_tok * expert_bytes;
     k.expert_bytes = expert_bytes;
   }
+  k.state_bytes_per_token = 2.0 * 4 * static_cast<double>(c.num_lightning_layers() * c.lightning_state_floats());
   k.lm_head_flops = 2.0 * w.lm_head.rows * w.lm_head.cols;
   k.weight_bytes_per_token += w.lm_head.bytes() + w.embed.bytes() / w.embed.rows;
   k.shared_bytes += w.lm_head.bytes();
   return k;
 }
 
-double AttentionFlops(const ModelConfig& c, int64_t p) {
-  return 4.0 * c.num_attention_heads * c.head_dim * static_cast<double>(p + 1) * c.num_hidden_layers;
+double AttentionFlops(const ModelConfig& c, int64_t p, bool prefill) {
+  const auto lightning = static_cast<double>(c.num_lightning_layers());
+  const auto softmax = static_cast<double>(c.num_hidden_layers) - lightning;
+  const double H = static_cast<double>(c.num_attention_heads), D = static_cast<double>(c.head_dim);
+  const double per_lightning = 4.0 * H * D * D + (prefill ? 4.0 * H * static_cast<double>(c.lightning_block) * D : 0.0);
+  return 4.0 * H * D * static_cast<double>(p + 1) * softmax + per_lightning * lightning;
 }
 
 }  // namespace m2::cli

@@ -27,9 +27,16 @@ struct Costs {
   double lm_head_flops = 0;
   double shared_bytes = 0;  // read once per step whatever the batch: attention, router, lm_head
   double expert_bytes = 0;  // one expert (w1, w3, w2) of one layer
+  // Lightning layers: their fp32 states, read and written once per decoded token (the
+  // recurrence), whatever the context.
+  double state_bytes_per_token = 0;
 };
 Costs CountCosts(const Model& m);
-// Attention FLOPs of a token at position p: QK^T and PV over p+1 positions, all layers.
-double AttentionFlops(const ModelConfig& c, int64_t p);
+// Attention FLOPs of a token at position p: in each softmax layer QK^T and PV over p+1
+// positions; in each Lightning layer what its kernel runs, which does not depend on p:
+// decode (the recurrence) decays the state, adds k^T v and multiplies by q, 4 H D^2;
+// prefill (the blocked form, blocks of B) adds q k^T and (q k^T) v within the block,
+// 4 H D^2 + 4 H B D (counted for full blocks, as computed).
+double AttentionFlops(const ModelConfig& c, int64_t p, bool prefill = false);
 
 }  // namespace m2::cli

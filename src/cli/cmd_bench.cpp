@@ -45,6 +45,7 @@ struct BenchOptions {
   std::string prefill = "128,512,2048";
   std::string contexts = "128,2048,8192";
   int decode_steps = 16;
+  int context_chunk = 0;  // > 0: also time a prefill chunk of this many tokens at each context
   int repeats = 2;
   int threads = 0;
   bool json = false;
@@ -340,7 +341,7 @@ int Run(const BenchOptions& o) {
       reps.clear();
     }
     double flops = costs.linear_flops_per_token * P + costs.lm_head_flops;
-    for (int64_t p = 0; p < P; ++p) flops += AttentionFlops(c, p);
+    for (int64_t p = 0; p < P; ++p) flops += AttentionFlops(c, p, /*prefill=*/true);
     prefill_seconds.push_back(reps);
     prefill_errors.push_back(error);
     prefill_flops.push_back(flops);
@@ -350,6 +351,7 @@ int Run(const BenchOptions& o) {
   // cost of attention does not depend on their values), then `decode_steps` tokens.
   std::vector<std::vector<double>> decode_steps;  // per context: every timed step
   std::vector<std::string> decode_errors;
+  std::vector<double> context_chunk_seconds;  // per context (0: not measured)
   for (int32_t C : *contexts) {
     std::fprintf(stderr, "decode at context %d...\n", C);
     SequenceCache cache(&kv_pool);
@@ -359,13 +361,19 @@ int Run(const BenchOptions& o) {
       any_failed = true;
       decode_steps.emplace_back();
       decode_errors.push_back(e.message());
+      context_chunk_seconds.push_back(0);
     };
     if (!st.ok()) {
       failed(st);
       continue;
     }
     std::normal_distribution<float> nd(0.0f, 1.0f);
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      if (c.layer_type(l) == LayerType::kLightning) {  // a state of the same size at any context
+        float* state = cache.State(l);
+        for (int64_t i = 0; i < c.lightning_state_floats(); ++i) state[i] = 0.01f * nd(rng);
+        continue;
+      }
       for (int64_t p = 0; p + 1 < C; ++p)
         for (int64_t g = 0; g < c.num_key_value_heads; ++g) {
           std::vector<float> k(static_cast<size_t>(c.head_dim)), v(k.size());
@@ -373,6 +381,7 @@ int Run(const BenchOptions& o) {
           StoreKv(k.data(), c.head_dim, *kv_dtype, cache.KRaw(l, p, g));
           StoreKv(v.data(), c.head_dim, *kv_dtype, cache.VRaw(l, p, g));
         }
+    }
     SequenceCache* cs[] = {&cache};
     std::vector<double> steps;
     for (int s = 0; s <= o.decode_steps && st.ok(); ++s) {
@@ -383,12 +392,24 @@ int Run(const BenchOptions& o) {
       st = m.Forward(b, cs, logits);
       if (st.ok() && s > 0) steps.push_back(Seconds(t0, Clock::now()));  // step 0 warms up
     }
+    // Prefill at this context: a chunk of new prompt tokens appended to it (what a
+    // long conversation's next turn costs), logits for its last token.
+    double chunk_seconds = 0;
+    if (st.ok() && o.context_chunk > 0) {
+      ForwardBatch b;
+      for (int i = 0; i < o.context_chunk; ++i) b.Add(tok(rng), 0, i + 1 == o.context_chunk);
+      logits.clear();
+      const auto t0 = Clock::now();
+      st = m.Forward(b, cs, logits);
+      chunk_seconds = Seconds(t0, Clock::now());
+    }
     if (!st.ok()) {
       failed(st);
       continue;
     }
     decode_steps.push_back(steps);
     decode_errors.emplace_back();
+    context_chunk_seconds.push_back(chunk_seconds);
   }
 
   nlohmann::json scaling;
@@ -465,10 +486,23 @@ int Run(const BenchOptions& o) {
     const double per_token = 1.0 / st.median;
     const double avg_ctx = C + o.decode_steps / 2.0;
     const double kv_bytes = avg_ctx * static_cast<double>(runtime::KvBytesPerToken(c, *kv_dtype));
-    const double bytes = costs.weight_bytes_per_token + kv_bytes;
+    const double bytes = costs.weight_bytes_per_token + kv_bytes + costs.state_bytes_per_token;
     decode_rows.push_back({{"context", C}, {"tokens_per_s", st.median}, {"seconds_per_token", per_token},
                            {"weight_bytes_per_token", costs.weight_bytes_per_token}, {"kv_bytes_per_token", kv_bytes},
+                           {"state_bytes_per_token", costs.state_bytes_per_token},
+                           {"cache_bytes_at_context",
+                            static_cast<double>(C) * static_cast<double>(runtime::KvBytesPerToken(c, *kv_dtype)) +
+                                costs.state_bytes_per_token / 2},
                            {"bandwidth_utilization", bytes / per_token / bandwidth}, {"stats", StatsJson(st)}});
+    if (context_chunk_seconds[i] > 0) {
+      // The chunk's FLOPs: projections and experts per token, attention over the context.
+      double flops = costs.linear_flops_per_token * o.context_chunk + costs.lm_head_flops;
+      const int64_t at = C + o.decode_steps;
+      for (int64_t p = at; p < at + o.context_chunk; ++p) flops += AttentionFlops(c, p, /*prefill=*/true);
+      decode_rows.back()["prefill_chunk"] = {
+          {"tokens", o.context_chunk}, {"tokens_per_s", o.context_chunk / context_chunk_seconds[i]},
+          {"flops", flops}, {"compute_utilization", flops / context_chunk_seconds[i] / peak}};
+    }
   }
   if (streams_rows.is_object() || (prefix.is_object() && prefix.contains("error"))) any_failed = true;
   nlohmann::json j = {{"model", o.model}, {"kernels", IsaName(ActiveIsa())}, {"cpu", Cpu().Describe()},
@@ -508,7 +542,7 @@ int Run(const BenchOptions& o) {
   }
   if (!decode_rows.empty())
     std::printf("\n%-10s %12s %12s %22s %14s %14s %12s\n", "context", "median tok/s", "best", "mean +- sd (n)",
-                "weights MB/tok", "KV MB/tok", "of bandwidth");
+                "weights MB/tok", "KV+state MB/tok", "of bandwidth");
   for (const auto& r : decode_rows) {
     if (r.contains("error")) {
       std::printf("%-10lld FAILED: %s\n", (long long)r["context"].get<int64_t>(), r["error"].get<std::string>().c_str());
@@ -518,8 +552,21 @@ int Run(const BenchOptions& o) {
     std::printf("%-10lld %12.2f %12.2f %22s %14.1f %14.1f %11.1f%%\n", (long long)r["context"].get<int64_t>(),
                 st["median"].get<double>(), st["best"].get<double>(),
                 fmt::format("{} ({})", mean_sd(st), st["repetitions"].get<int>()).c_str(),
-                r["weight_bytes_per_token"].get<double>() / 1e6, r["kv_bytes_per_token"].get<double>() / 1e6,
+                r["weight_bytes_per_token"].get<double>() / 1e6, (r["kv_bytes_per_token"].get<double>() + r["state_bytes_per_token"].get<double>()) / 1e6,
                 100 * r["bandwidth_utilization"].get<double>());
+  }
+  bool chunk_header = false;
+  for (const auto& r : decode_rows) {
+    if (!r.contains("prefill_chunk")) continue;
+    if (!chunk_header) {
+      std::printf("\n%-10s %14s %16s %12s %16s\n", "context", "chunk tokens", "prefill tok/s", "of peak",
+                  "cache MB (1 seq)");
+      chunk_header = true;
+    }
+    const auto& pc = r["prefill_chunk"];
+    std::printf("%-10lld %14lld %16.2f %11.1f%% %16.1f\n", (long long)r["context"].get<int64_t>(),
+                (long long)pc["tokens"].get<int64_t>(), pc["tokens_per_s"].get<double>(),
+                100 * pc["compute_utilization"].get<double>(), r["cache_bytes_at_context"].get<double>() / 1e6);
   }
   if (!o.serving_only)
     std::printf("\nmemory: peak RSS %.2f GiB; weights file %.2f GiB + KV pool %.2f GiB; peak is %+.1f%% of those\n",
@@ -578,6 +625,9 @@ void AddBench(CLI::App& app, Runner& run) {
   cmd->add_option("-m,--model", o->model, "Model folder")->required();
   cmd->add_option("--prefill", o->prefill, "Prompt lengths to time, comma separated");
   cmd->add_option("--context", o->contexts, "Decode context lengths, comma separated");
+  cmd->add_option("--context-chunk", o->context_chunk,
+                  "Also time a prefill chunk of this many tokens appended at each --context (0: off)")
+      ->check(CLI::Range(0, 65536));
   cmd->add_option("--decode-steps", o->decode_steps, "Decode steps timed at each context (the median step is reported)")
       ->check(CLI::Range(1, 1000));
   cmd->add_option("--repeats", o->repeats,

@@ -27,8 +27,25 @@ int64_t LayerOf(const std::string& name) {
   return std::strtoll(name.c_str() + prefix.size(), nullptr, 10);
 }
 
-bool IsScale(const std::string& name) {
-  return name.size() > 17 && name.compare(name.size() - 17, 17, ".weight_scale_inv") == 0;
+bool EndsWith(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+bool IsScale(const std::string& name) { return EndsWith(name, ".weight_scale_inv"); }
+
+// Tensors that are not parameters: transformers' save_pretrained of MiniMaxForCausalLM
+// writes the Lightning decay tables (recomputed from the config, not read).
+bool IsBuffer(const std::string& name) {
+  for (const char* b : {".slope_rate", ".query_decay", ".key_decay", ".diagonal_decay"})
+    if (EndsWith(name, b)) return true;
+  return false;
+}
+
+std::string Bytes(double b) {
+  if (b < 1024) return fmt::format("{:.0f} B", b);
+  if (b < 1024 * 1024) return fmt::format("{:.1f} KiB", b / 1024);
+  if (b < 1024.0 * 1024 * 1024) return fmt::format("{:.1f} MiB", b / (1024 * 1024));
+  return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
 }
 
 std::string Human(double v) {
@@ -61,7 +78,7 @@ int Run(const InspectOptions& o) {
     TensorView v = (*store)->Get(name).value();
     bytes_by_dtype[std::string(DTypeName(v.dtype))] += v.nbytes;
     total_bytes += v.nbytes;
-    if (IsScale(name)) continue;
+    if (IsScale(name) || IsBuffer(name)) continue;
     const uint64_t numel = static_cast<uint64_t>(v.numel());
     const int64_t layer = LayerOf(name);
     if (layer >= c.num_hidden_layers && layer < c.num_hidden_layers + mtp_modules) {
@@ -103,7 +120,18 @@ int Run(const InspectOptions& o) {
     }
   }
 
+  // Memory of a sequence's cache: keys and values per token in the softmax layers, a
+  // fixed fp32 state per sequence in the Lightning layers (whatever the context length).
+  const int64_t softmax_layers = c.num_hidden_layers - c.num_lightning_layers();
+  const int64_t kv_elems_per_token = softmax_layers * 2 * c.kv_dim();
+  const int64_t state_bytes = c.num_lightning_layers() * c.lightning_state_floats() * 4;
+  std::string schedule;  // "softmax at 7, 15, ..." for the hybrids
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    if (c.layer_type(l) == LayerType::kSoftmax) schedule += (schedule.empty() ? "" : ", ") + std::to_string(l);
+
   if (o.json) {
+    nlohmann::json types = nlohmann::json::array();
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) types.push_back(LayerTypeName(c.layer_type(l)));
     nlohmann::json j = {
         {"architecture", c.architecture},
         {"layers", c.num_hidden_layers},
@@ -127,7 +155,18 @@ int Run(const InspectOptions& o) {
         {"mtp_parameters", mtp},
         {"mtp_parameters_active_per_module", mtp_active_per_module},
         {"mtp_status", weights->mtp_status},
+        {"layer_types", types},
+        {"lightning_layers", c.num_lightning_layers()},
+        {"kv_bytes_per_token_f32", kv_elems_per_token * 4},
+        {"kv_bytes_per_token_bf16", kv_elems_per_token * 2},
+        {"lightning_state_bytes_per_sequence", state_bytes},
     };
+    if (c.hybrid) {
+      j["lightning_block"] = c.lightning_block;
+      j["residual"] = {{"softmax_alpha", c.softmax_alpha}, {"softmax_beta", c.softmax_beta},
+                       {"lightning_alpha", c.lightning_alpha}, {"lightning_beta", c.lightning_beta},
+                       {"mlp_alpha", c.mlp_alpha}, {"mlp_beta", c.mlp_beta}};
+    }
     if (o.verify) j["non_finite_values"] = nan_count;
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
@@ -136,6 +175,10 @@ int Run(const InspectOptions& o) {
   std::printf("architecture   %s (%s)\n", c.architecture.c_str(), c.model_type.c_str());
   std::printf("layers         %lld, hidden %lld, vocab %lld\n", (long long)c.num_hidden_layers, (long long)c.hidden_size,
               (long long)c.vocab_size);
+  if (c.hybrid)
+    std::printf("schedule       %lld Lightning layers (block %lld), %lld softmax at layer%s %s\n",
+                (long long)c.num_lightning_layers(), (long long)c.lightning_block, (long long)softmax_layers,
+                softmax_layers == 1 ? "" : "s", schedule.empty() ? "(none)" : schedule.c_str());
   std::printf("attention      %lld query heads, %lld kv heads (GQA %lld:1), head_dim %lld, rotary %lld, theta %g\n",
               (long long)c.num_attention_heads, (long long)c.num_key_value_heads, (long long)c.kv_group(),
               (long long)c.head_dim, (long long)c.rotary_dim, c.rope_theta);
@@ -143,6 +186,13 @@ int Run(const InspectOptions& o) {
               (long long)c.intermediate_size, (long long)c.num_experts_per_tok, c.scoring_func.c_str(),
               c.use_routing_bias ? " with selection bias" : "");
   std::printf("moe layout     %s\n", weights->moe_layout.c_str());
+  std::printf("cache          %s per token of context (f32 keys and values; %s as bf16)%s\n",
+              Bytes(static_cast<double>(kv_elems_per_token) * 4).c_str(),
+              Bytes(static_cast<double>(kv_elems_per_token) * 2).c_str(),
+              state_bytes > 0 ? fmt::format(", plus {} of fp32 Lightning state per sequence whatever its length",
+                                            Bytes(static_cast<double>(state_bytes)))
+                                    .c_str()
+                              : "");
   std::printf("quantization   %s\n",
               c.quant.enabled ? fmt::format("fp8 e4m3, {}x{} block scales", c.quant.block_out, c.quant.block_in).c_str()
                               : "none");

@@ -35,6 +35,22 @@ void SiluMul(float* g, const float* u, int64_t n) {
   for (int64_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
+void Silu(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] / (1.0f + std::exp(-x[i]));
+}
+
+void SigmoidMul(float* x, const float* g, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] * (1.0f / (1.0f + std::exp(-g[i])));
+}
+
+void WeightedSum(const float* a, float alpha, const float* b, float beta, int64_t n, float* out) {
+  if (alpha == 1.0f && beta == 1.0f) {
+    for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] * alpha + b[i] * beta;
+}
+
 void Softmax(float* x, int64_t n) {
   float m = x[0];
   for (int64_t i = 1; i < n; ++i) m = std::fmax(m, x[i]);

@@ -19,6 +19,16 @@ void RopeNeox(float* head, int64_t rotary_dim, const float* inv_freq, int64_t po
 // silu(g) * u, element-wise into g.
 void SiluMul(float* g, const float* u, int64_t n);
 
+// silu(x) = x * sigmoid(x), element-wise in place.
+void Silu(float* x, int64_t n);
+
+// x *= sigmoid(g), element-wise (the Lightning output gate).
+void SigmoidMul(float* x, const float* g, int64_t n);
+
+// out[i] = a[i] * alpha + b[i] * beta (out may alias a or b): the decoder layer's residual.
+// With alpha = beta = 1 it is exactly a + b.
+void WeightedSum(const float* a, float alpha, const float* b, float beta, int64_t n, float* out);
+
 // In-place softmax of n values.
 void Softmax(float* x, int64_t n);
 

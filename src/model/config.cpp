@@ -134,6 +134,88 @@ Status ParseQuant(const json& q, QuantConfig& out) {
   return Status::Ok();
 }
 
+// One of the hybrids' residual weights under its released name (layernorm_*) or its
+// transformers name (*_factor); both present must agree.
+Status HybridWeight(const Reader& r, const char* released, const char* hf, double& out) {
+  const bool a = r.Has(released), b = r.Has(hf);
+  double x = out, y = out;
+  M2_RETURN_IF_ERROR(r.Num(released, x));
+  M2_RETURN_IF_ERROR(r.Num(hf, y));
+  if (a && b && x != y)
+    return Error("config fields \"{}\" ({}) and \"{}\" ({}) disagree (they are the same weight under its released and "
+                 "its transformers name)",
+                 released, x, hf, y);
+  out = a ? x : y;
+  if (!std::isfinite(out)) return Error("config field \"{}\": expected a finite number, found {}", a ? released : hf, out);
+  return Status::Ok();
+}
+
+// The layer schedule and the residual weights of the Lightning hybrids; for MiniMax-M2,
+// checks that none of their fields is set to something M2 does not do.
+Status ParseHybrid(const Reader& r, ModelConfig& c) {
+  const auto L = static_cast<size_t>(c.num_hidden_layers);
+  if (!c.hybrid) {
+    for (const char* f : {"layer_types", "attn_type_list"})
+      if (r.Has(f))
+        return Error("config field \"{}\": MiniMax-M2 has softmax attention in every layer; a layer schedule belongs "
+                     "to the Lightning hybrids (MiniMaxForCausalLM)",
+                     f);
+    c.layer_types.assign(L, LayerType::kSoftmax);
+    return Status::Ok();
+  }
+  std::vector<LayerType> from_types, from_list;
+  if (const json* t = r.Find("layer_types")) {
+    if (!t->is_array())
+      return Error("config field \"layer_types\": expected a list of \"full_attention\" / \"linear_attention\", found {}",
+                   t->dump());
+    for (const auto& v : *t) {
+      if (v == "full_attention") from_types.push_back(LayerType::kSoftmax);
+      else if (v == "linear_attention") from_types.push_back(LayerType::kLightning);
+      else
+        return Error("config field \"layer_types\": expected \"full_attention\" or \"linear_attention\" for every "
+                     "layer, found {}",
+                     v.dump());
+    }
+  }
+  if (const json* t = r.Find("attn_type_list")) {
+    if (!t->is_array())
+      return Error("config field \"attn_type_list\": expected a list of 0 (Lightning) / 1 (softmax), found {}",
+                   t->dump());
+    for (const auto& v : *t) {
+      if (v == 1) from_list.push_back(LayerType::kSoftmax);
+      else if (v == 0) from_list.push_back(LayerType::kLightning);
+      else
+        return Error("config field \"attn_type_list\": expected 0 (Lightning) or 1 (softmax) for every layer, found {}",
+                     v.dump());
+    }
+  }
+  if (!from_types.empty() && !from_list.empty() && from_types != from_list)
+    return Error("config fields \"layer_types\" and \"attn_type_list\" give different layer schedules");
+  c.layer_types = !from_types.empty() ? from_types : from_list;
+  if (c.layer_types.empty()) {
+    // transformers' MiniMaxConfig default: softmax at even layers, Lightning at odd ones.
+    for (size_t l = 0; l < L; ++l) c.layer_types.push_back(l % 2 == 0 ? LayerType::kSoftmax : LayerType::kLightning);
+  }
+  if (c.layer_types.size() != L)
+    return Error("config field \"{}\": expected one entry per layer (num_hidden_layers {}), found {}",
+                 !from_types.empty() ? "layer_types" : "attn_type_list", L, c.layer_types.size());
+  M2_RETURN_IF_ERROR(r.Int("block_size", c.lightning_block));
+  if (c.lightning_block <= 0 || c.lightning_block > 4096)
+    return Error("config field \"block_size\": expected a block length in [1, 4096] (Lightning prefill), found {}",
+                 c.lightning_block);
+  M2_RETURN_IF_ERROR(r.Bool("postnorm", c.postnorm));
+  if (!c.postnorm)
+    return Error("config field \"postnorm\": expected true (transformers' MiniMaxDecoderLayer adds the NORMED input "
+                 "as the residual, as the released models do), found false");
+  M2_RETURN_IF_ERROR(HybridWeight(r, "layernorm_full_attention_alpha", "full_attn_alpha_factor", c.softmax_alpha));
+  M2_RETURN_IF_ERROR(HybridWeight(r, "layernorm_full_attention_beta", "full_attn_beta_factor", c.softmax_beta));
+  M2_RETURN_IF_ERROR(HybridWeight(r, "layernorm_linear_attention_alpha", "linear_attn_alpha_factor", c.lightning_alpha));
+  M2_RETURN_IF_ERROR(HybridWeight(r, "layernorm_linear_attention_beta", "linear_attn_beta_factor", c.lightning_beta));
+  M2_RETURN_IF_ERROR(HybridWeight(r, "layernorm_mlp_alpha", "mlp_alpha_factor", c.mlp_alpha));
+  M2_RETURN_IF_ERROR(HybridWeight(r, "layernorm_mlp_beta", "mlp_beta_factor", c.mlp_beta));
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<ModelConfig> ParseModelConfig(const json& j) {
@@ -141,22 +223,68 @@ Result<ModelConfig> ParseModelConfig(const json& j) {
   ModelConfig c;
   Reader r(j);
 
-  // Which model this is. Either field is enough; both must agree with MiniMax-M2.
+  // Which model this is. Either field is enough; both must name the same family.
   if (!r.Has("architectures") && !r.Has("model_type"))
-    return Error("config has neither \"architectures\" nor \"model_type\"; expected a MiniMax-M2 config.json "
-                 "(architectures [\"MiniMaxM2ForCausalLM\"], model_type \"minimax_m2\")");
+    return Error("config has neither \"architectures\" nor \"model_type\"; expected a MiniMax config.json "
+                 "(architectures [\"MiniMaxM2ForCausalLM\"], model_type \"minimax_m2\"; or for the Lightning hybrids "
+                 "MiniMaxForCausalLM / MiniMaxText01ForCausalLM / MiniMaxM1ForCausalLM)");
+  std::string arch, type;
   if (const json* a = r.Find("architectures")) {
     if (!a->is_array() || a->empty() || !(*a)[0].is_string())
       return Error("config field \"architectures\": expected a list of class names, found {}", a->dump());
-    c.architecture = (*a)[0].get<std::string>();
+    arch = (*a)[0].get<std::string>();
   }
-  M2_RETURN_IF_ERROR(r.Str("model_type", c.model_type));
-  if (c.architecture != "MiniMaxM2ForCausalLM")
-    return Error("config field \"architectures\": expected [\"MiniMaxM2ForCausalLM\"], found \"{}\" (this engine "
-                 "runs MiniMax-M2 family checkpoints)",
-                 c.architecture);
-  if (c.model_type != "minimax_m2")
-    return Error("config field \"model_type\": expected \"minimax_m2\", found \"{}\"", c.model_type);
+  M2_RETURN_IF_ERROR(r.Str("model_type", type));
+  const auto family_of_arch = [](const std::string& a) {
+    if (a == "MiniMaxM2ForCausalLM") return 1;
+    if (a == "MiniMaxForCausalLM" || a == "MiniMaxText01ForCausalLM" || a == "MiniMaxM1ForCausalLM") return 2;
+    return 0;
+  };
+  const auto family_of_type = [](const std::string& t) {
+    if (t == "minimax_m2") return 1;
+    if (t == "minimax" || t == "minimax_text_01" || t == "minimax_m1") return 2;
+    return 0;
+  };
+  if (!arch.empty() && family_of_arch(arch) == 0)
+    return Error("config field \"architectures\": expected \"MiniMaxM2ForCausalLM\" (MiniMax-M2 family) or "
+                 "\"MiniMaxForCausalLM\" / \"MiniMaxText01ForCausalLM\" / \"MiniMaxM1ForCausalLM\" (the Lightning "
+                 "hybrids), found \"{}\" (this engine runs MiniMax checkpoints)",
+                 arch);
+  if (!type.empty() && family_of_type(type) == 0)
+    return Error("config field \"model_type\": expected \"minimax_m2\", \"minimax\", \"minimax_text_01\" or "
+                 "\"minimax_m1\", found \"{}\"",
+                 type);
+  if (!arch.empty() && !type.empty() && family_of_arch(arch) != family_of_type(type))
+    return Error("config fields \"architectures\" (\"{}\") and \"model_type\" (\"{}\") name different model "
+                 "families",
+                 arch, type);
+  c.hybrid = (!arch.empty() ? family_of_arch(arch) : family_of_type(type)) == 2;
+  if (c.hybrid) {
+    // transformers' MiniMaxConfig defaults (MiniMax-Text-01 / M1 style) where they differ.
+    c.architecture = arch.empty() ? "MiniMaxForCausalLM" : arch;
+    c.model_type = type.empty() ? "minimax" : type;
+    c.vocab_size = 32000;
+    c.hidden_size = 4096;
+    c.intermediate_size = 14336;
+    c.num_hidden_layers = 32;
+    c.num_attention_heads = 32;
+    c.num_key_value_heads = 8;
+    c.head_dim = 0;  // hidden_size / num_attention_heads unless given
+    c.max_position_embeddings = 4096 * 32;
+    c.rms_norm_eps = 1e-5;
+    c.rope_theta = 1e6;
+    c.num_local_experts = 8;
+    c.num_experts_per_tok = 2;
+    c.scoring_func = "softmax";
+    c.use_routing_bias = false;
+    c.use_qk_norm = false;
+    c.postnorm = true;
+    c.bos_token_id = 1;
+    c.eos_token_ids = {2};
+  } else {
+    c.architecture = arch.empty() ? c.architecture : arch;
+    c.model_type = type.empty() ? c.model_type : type;
+  }
 
   M2_RETURN_IF_ERROR(r.Int("vocab_size", c.vocab_size));
   M2_RETURN_IF_ERROR(r.Int("hidden_size", c.hidden_size));
@@ -165,6 +293,7 @@ Result<ModelConfig> ParseModelConfig(const json& j) {
   M2_RETURN_IF_ERROR(r.Int("num_attention_heads", c.num_attention_heads));
   M2_RETURN_IF_ERROR(r.Int("num_key_value_heads", c.num_key_value_heads));
   M2_RETURN_IF_ERROR(r.Int("head_dim", c.head_dim));
+  if (c.hybrid && c.head_dim == 0 && c.num_attention_heads > 0) c.head_dim = c.hidden_size / c.num_attention_heads;
   M2_RETURN_IF_ERROR(r.Str("hidden_act", c.hidden_act));
   M2_RETURN_IF_ERROR(r.Int("max_position_embeddings", c.max_position_embeddings));
   M2_RETURN_IF_ERROR(r.Num("rms_norm_eps", c.rms_norm_eps));
@@ -182,6 +311,8 @@ Result<ModelConfig> ParseModelConfig(const json& j) {
   M2_RETURN_IF_ERROR(r.Int("mtp_transformer_layers", c.mtp_transformer_layers));
   M2_RETURN_IF_ERROR(r.OptInt("bos_token_id", c.bos_token_id));
   M2_RETURN_IF_ERROR(r.OptInt("pad_token_id", c.pad_token_id));
+  if (c.hybrid && j.contains("eos_token_id") && j["eos_token_id"].is_null()) c.eos_token_ids.clear();  // M1: null
+  if (c.hybrid && j.contains("bos_token_id") && j["bos_token_id"].is_null()) c.bos_token_id.reset();
   if (const json* e = r.Find("eos_token_id")) {
     c.eos_token_ids.clear();
     if (e->is_number_integer()) {
@@ -249,6 +380,8 @@ Result<ModelConfig> ParseModelConfig(const json& j) {
   if (!(c.rope_theta > 0)) return Error("config field \"rope_theta\": expected a positive number, found {}", c.rope_theta);
 
   if (const json* q = r.Find("quantization_config")) M2_RETURN_IF_ERROR(ParseQuant(*q, c.quant));
+  M2_RETURN_IF_ERROR(Positive("num_hidden_layers", c.num_hidden_layers));
+  M2_RETURN_IF_ERROR(ParseHybrid(r, c));
 
   // Consistency.
   M2_RETURN_IF_ERROR(Positive("vocab_size", c.vocab_size));
@@ -279,12 +412,18 @@ Result<ModelConfig> ParseModelConfig(const json& j) {
     return Error("config field \"rms_norm_eps\": expected a small positive number, found {}", c.rms_norm_eps);
   if (c.hidden_act != "silu")
     return Error("config field \"hidden_act\": expected \"silu\", found \"{}\"", c.hidden_act);
-  if (c.scoring_func != "sigmoid")
+  if (!c.hybrid && c.scoring_func != "sigmoid")
     return Error("config field \"scoring_func\": expected \"sigmoid\" (MiniMax-M2 routing), found \"{}\"",
                  c.scoring_func);
   if (c.use_qk_norm && c.qk_norm_type != "per_layer")
     return Error("config field \"qk_norm_type\": expected \"per_layer\" (one RMSNorm over all heads), found \"{}\"",
                  c.qk_norm_type);
+  if (c.hybrid && c.scoring_func != "softmax")
+    return Error("config field \"scoring_func\": expected \"softmax\" (the hybrids' routing), found \"{}\"",
+                 c.scoring_func);
+  if (c.hybrid && (c.use_routing_bias || c.use_qk_norm))
+    return Error("config fields \"use_routing_bias\" / \"use_qk_norm\": the Lightning hybrids have neither, found {} / {}",
+                 c.use_routing_bias, c.use_qk_norm);
   if (c.shared_intermediate_size != 0)
     return Error("config field \"shared_intermediate_size\": shared experts are not supported yet; expected 0, found {}",
                  c.shared_intermediate_size);
@@ -298,6 +437,22 @@ Result<ModelConfig> ParseModelConfig(const json& j) {
     if (id < 0 || id >= c.vocab_size)
       return Error("config field \"eos_token_id\": {} is outside the vocabulary [0, {})", id, c.vocab_size);
   return c;
+}
+
+const char* LayerTypeName(LayerType t) { return t == LayerType::kSoftmax ? "softmax" : "lightning"; }
+
+int64_t ModelConfig::num_lightning_layers() const {
+  int64_t n = 0;
+  for (LayerType t : layer_types) n += t == LayerType::kLightning;
+  return n;
+}
+
+float ModelConfig::lightning_slope(int64_t layer, int64_t head) const {
+  // In double, rounded once (transformers computes base**(h+1) on a float32 tensor, which
+  // can be 3e-7 off at h = 63; either way the decays differ far below the tolerances).
+  const double base = 1.0 / std::pow(2.0, 8.0 / static_cast<double>(num_attention_heads));
+  const double factor = 1.0 - static_cast<double>(layer) / (static_cast<double>(num_hidden_layers) - 1 + 1e-5) + 1e-5;
+  return static_cast<float>(std::pow(base, static_cast<double>(head + 1)) * factor);
 }
 
 Result<ModelConfig> LoadModelConfig(const std::string& path) {

@@ -1,5 +1,11 @@
-// config.json of a MiniMax-M2 checkpoint (MiniMaxM2ForCausalLM, model_type minimax_m2),
-// read with the defaults of transformers' MiniMaxM2Config. MODEL_SPEC.md section 1.
+// config.json of a MiniMax checkpoint, read with the defaults of transformers' config
+// class of its family:
+//  - MiniMax-M2 (MiniMaxM2ForCausalLM, model_type minimax_m2; MiniMaxM2Config), MODEL_SPEC.md
+//    section 1;
+//  - the Lightning-attention hybrids MiniMax-Text-01 and MiniMax-M1 (MODEL_SPEC.md section 2):
+//    transformers' MiniMaxForCausalLM (model_type minimax; MiniMaxConfig) and the released
+//    MiniMaxText01ForCausalLM (minimax_text_01) / MiniMaxM1ForCausalLM (minimax_m1) configs.
+//    What is accepted for them is listed at ParseModelConfig.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +33,13 @@ struct QuantConfig {
 
 // The most experts a token may be routed to (num_experts_per_tok); MiniMax models use 8.
 inline constexpr int64_t kMaxExpertsPerToken = 64;
+
+// The attention of one decoder layer.
+enum class LayerType : uint8_t {
+  kSoftmax,    // full softmax attention with a KV cache ("full_attention", attn_type_list 1)
+  kLightning,  // Lightning linear attention with a fixed-size state ("linear_attention", 0)
+};
+const char* LayerTypeName(LayerType t);
 
 struct ModelConfig {
   std::string architecture = "MiniMaxM2ForCausalLM";
@@ -80,9 +93,31 @@ struct ModelConfig {
 
   QuantConfig quant;
 
+  // --- The Lightning hybrids (hybrid = true). For MiniMax-M2 every layer is kSoftmax, the
+  // residual is the plain pre-norm one (alpha = beta = 1, postnorm false).
+  bool hybrid = false;
+  std::vector<LayerType> layer_types;  // [num_hidden_layers]
+  int64_t lightning_block = 256;       // block_size: tokens per block of the blocked prefill
+  // Decoder layer: n = rmsnorm(h); h' = r * alpha + branch(n) * beta, where r is n itself
+  // when postnorm (the hybrids, as transformers computes them) and h otherwise (M2).
+  bool postnorm = false;
+  double softmax_alpha = 1, softmax_beta = 1;      // layernorm_full_attention_* / full_attn_*_factor
+  double lightning_alpha = 1, lightning_beta = 1;  // layernorm_linear_attention_* / linear_attn_*_factor
+  double mlp_alpha = 1, mlp_beta = 1;              // layernorm_mlp_* / mlp_*_factor
+  // RMSNorm of the Lightning output (transformers: MiniMaxRMSNorm's default, not rms_norm_eps).
+  double lightning_norm_eps = 1e-6;
+
   int64_t kv_group() const { return num_attention_heads / num_key_value_heads; }
   int64_t q_dim() const { return num_attention_heads * head_dim; }
   int64_t kv_dim() const { return num_key_value_heads * head_dim; }
+  LayerType layer_type(int64_t l) const { return layer_types[static_cast<size_t>(l)]; }
+  int64_t num_lightning_layers() const;
+  // fp32 floats of one sequence's Lightning state in one layer: heads x head_dim^2.
+  int64_t lightning_state_floats() const { return num_attention_heads * head_dim * head_dim; }
+  // The decay slope of Lightning head `head` in layer `layer` (transformers:
+  // MiniMaxLightningAttention.get_slope_rate): 2^(-8(h+1)/H) * (1 - l / (L - 1 + 1e-5) + 1e-5)
+  // (the released code and vLLM: L - 1 without the 1e-5; a 1e-7 relative difference).
+  float lightning_slope(int64_t layer, int64_t head) const;
 };
 
 // Parses and validates. Errors name the field, what was expected and what was found.

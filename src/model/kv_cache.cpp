@@ -284,15 +284,20 @@ Status SequenceCache::Truncate(int64_t new_length) {
   for (size_t l = 0; l < states_.size(); ++l)
     if (!states_[l].empty())
       return Error("layer {} keeps a recurrent state, which cannot be rolled back to position {}", l, new_length);
+  UndoExtend(new_length);
+  return Status::Ok();
+}
+
+void SequenceCache::UndoExtend(int64_t old_length) {
+  M2_CHECK(old_length >= 0 && old_length <= length_, "UndoExtend to {} of a cache of {} positions", old_length, length_);
   const int64_t bt = pool_->block_tokens();
-  const size_t keep = static_cast<size_t>((new_length + bt - 1) / bt);
+  const size_t keep = static_cast<size_t>((old_length + bt - 1) / bt);
   while (blocks_.size() > keep) {
     pool_->Release(blocks_.back());
     blocks_.pop_back();
   }
-  length_ = new_length;
-  for (int64_t& f : filled_) f = std::min(f, new_length);
-  return Status::Ok();
+  length_ = old_length;
+  for (int64_t& f : filled_) f = std::min(f, old_length);
 }
 
 void SequenceCache::AdoptPrefix(std::span<const int32_t> blocks, int64_t length, int64_t layers) {

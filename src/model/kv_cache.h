@@ -165,6 +165,10 @@ class SequenceCache {
   // Forgets positions >= new_length (new_length <= length). Fails on recurrent layers
   // unless new_length == length.
   Status Truncate(int64_t new_length);
+  // Gives back positions [old_length, length) that an Extend made and nothing has been
+  // written to yet (Model::Forward undoing its Extends when the pool runs out), recurrent
+  // layers or not: their states are untouched. PRECONDITION: old_length <= length.
+  void UndoExtend(int64_t old_length);
   // A new sequence sharing this one's cached positions (no copy until written).
   SequenceCache Fork() const;
   // For an empty cache: takes `blocks` (already retained for it, e.g. by LookupPrefix)

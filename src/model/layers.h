@@ -48,6 +48,13 @@ struct Scratch {
   };
   std::vector<ExpertThread> expert_threads;
   std::vector<std::vector<float>> attn_scores;  // per pool thread slot
+  // Lightning layers.
+  std::vector<float> qkv, qkv_grouped, lightning_out, gate;
+  std::vector<int32_t> run_rows;                    // batch rows grouped by sequence
+  std::vector<int64_t> run_start, run_seq;          // runs of one sequence's rows in run_rows
+  std::vector<int64_t> seq_next;                    // counting sort of the rows by sequence
+  std::vector<float> slopes;                        // [heads] of the current layer
+  std::vector<std::vector<float>> lightning_threads;  // per pool thread slot
 };
 
 // out[n, hidden] = self-attention of x[n, hidden] (already normed). Writes this
@@ -56,6 +63,12 @@ struct Scratch {
 void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t layer, const float* inv_freq,
                       const float* x, const std::vector<TokenSlot>& slots, const std::vector<SeqView>& seqs, float* out,
                       Scratch& s, ThreadPool& pool, Tracer* trace);
+
+// out[n, hidden] = Lightning attention of x[n, hidden] (already normed), MODEL_SPEC.md
+// section 2 / transformers' MiniMaxLightningAttention. Each sequence's rows continue from
+// its recurrent state (cache layer `layer`), which they update.
+void LightningForward(const ModelConfig& cfg, const LightningWeights& w, int64_t layer, const float* x,
+                      const std::vector<TokenSlot>& slots, float* out, Scratch& s, ThreadPool& pool, Tracer* trace);
 
 // out[n, hidden] = sparse MoE of x[n, hidden]. Tokens are grouped by expert so each
 // chosen expert's weights are read once per batch (per chunk of kMoeChunkTokens). When

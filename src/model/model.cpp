@@ -1,7 +1,11 @@
-// The decoder stack (transformers: MiniMaxM2Model.forward + MiniMaxM2ForCausalLM):
+// The decoder stack (transformers: MiniMaxM2Model.forward + MiniMaxM2ForCausalLM, and
+// MiniMaxModel / MiniMaxDecoderLayer for the Lightning hybrids):
 //   h = embed[ids]
-//   per layer: h += attn(rmsnorm(h)); h += moe(rmsnorm(h))
+//   per layer: n = rmsnorm(h); h = r * alpha + attn(n) * beta      (M2: r = h, alpha = beta = 1;
+//              n = rmsnorm(h); h = r * alpha + moe(n) * beta        hybrids: r = n, postnorm)
 //   logits = rmsnorm(h) lm_head^T
+// attn is softmax attention (attention.cpp) or, in the hybrids' Lightning layers,
+// Lightning attention (lightning.cpp).
 // and the MTP modules (tools/train/model.py, MTPModule.forward; see model.h).
 #include "model/model.h"
 
@@ -51,8 +55,12 @@ CacheLayout Model::cache_layout(int64_t block_tokens, bool with_mtp, KvDtype kv_
   l.block_tokens = block_tokens;
   l.kv_dtype = kv_dtype;
   const int64_t layers = cfg_.num_hidden_layers + (with_mtp ? num_mtp_modules() : 0);
-  for (int64_t i = 0; i < layers; ++i)
-    l.layers.push_back({LayerCacheKind::kKeyValue, cfg_.num_key_value_heads, cfg_.head_dim, 0});
+  for (int64_t i = 0; i < layers; ++i) {
+    if (i < cfg_.num_hidden_layers && cfg_.layer_type(i) == LayerType::kLightning)
+      l.layers.push_back({LayerCacheKind::kRecurrentState, 0, 0, cfg_.lightning_state_floats()});
+    else
+      l.layers.push_back({LayerCacheKind::kKeyValue, cfg_.num_key_value_heads, cfg_.head_dim, 0});
+  }
   return l;
 }
 
@@ -63,6 +71,14 @@ Status Model::CheckCacheLayout(const SequenceCache& cache, size_t index, int64_t
                  have.size(), layers, layers > cfg_.num_hidden_layers ? ", which includes the MTP modules" : "");
   for (int64_t l = 0; l < layers; ++l) {
     const LayerCacheSpec& s = have[static_cast<size_t>(l)];
+    if (l < cfg_.num_hidden_layers && cfg_.layer_type(l) == LayerType::kLightning) {
+      if (s.kind != LayerCacheKind::kRecurrentState || s.state_floats != cfg_.lightning_state_floats())
+        return Error("cache {} layer {}: expected a Lightning state of {} floats, found {}", index, l,
+                     cfg_.lightning_state_floats(),
+                     s.kind == LayerCacheKind::kKeyValue ? std::string("keys and values")
+                                                         : fmt::format("a state of {} floats", s.state_floats));
+      continue;
+    }
     if (s.kind != LayerCacheKind::kKeyValue || s.kv_heads != cfg_.num_key_value_heads || s.head_dim != cfg_.head_dim)
       return Error("cache {} layer {}: expected keys and values of {} heads x {}, found {}", index, l,
                    cfg_.num_key_value_heads, cfg_.head_dim,
@@ -79,19 +95,28 @@ void Model::BuildSeqViews(std::span<SequenceCache* const> caches) {
 
 void Model::RunLayer(const LayerWeights& L, int64_t l, const std::vector<TokenSlot>& slots, Tracer* trace) {
   const int64_t n = static_cast<int64_t>(slots.size()), Hd = cfg_.hidden_size;
+  // The residual: the layer's input (M2), or its normed input (postnorm: the hybrids).
+  const float* residual = cfg_.postnorm ? normed_.data() : hidden_.data();
+  const bool lightning = L.type == LayerType::kLightning;
+  const auto attn_alpha = static_cast<float>(lightning ? cfg_.lightning_alpha : cfg_.softmax_alpha);
+  const auto attn_beta = static_cast<float>(lightning ? cfg_.lightning_beta : cfg_.softmax_beta);
   for (int64_t i = 0; i < n; ++i)
     RmsNorm(&hidden_[i * Hd], L.input_norm.data(), Hd, cfg_.rms_norm_eps, &normed_[i * Hd]);
   if (trace) trace->Record(fmt::format("layers.{}.attn_norm", l), normed_.data(), {n, Hd});
-  AttentionForward(cfg_, L.attn, l, inv_freq_.data(), normed_.data(), slots, seq_views_, branch_.data(), scratch_, *pool_,
-                   trace);
+  if (lightning)
+    LightningForward(cfg_, L.lightning, l, normed_.data(), slots, branch_.data(), scratch_, *pool_, trace);
+  else
+    AttentionForward(cfg_, L.attn, l, inv_freq_.data(), normed_.data(), slots, seq_views_, branch_.data(), scratch_,
+                     *pool_, trace);
   if (trace) trace->Record(fmt::format("layers.{}.attn_out", l), branch_.data(), {n, Hd});
-  for (int64_t i = 0; i < n * Hd; ++i) hidden_[i] += branch_[i];
+  WeightedSum(residual, attn_alpha, branch_.data(), attn_beta, n * Hd, hidden_.data());
 
   for (int64_t i = 0; i < n; ++i)
     RmsNorm(&hidden_[i * Hd], L.post_attention_norm.data(), Hd, cfg_.rms_norm_eps, &normed_[i * Hd]);
   if (trace) trace->Record(fmt::format("layers.{}.ffn_norm", l), normed_.data(), {n, Hd});
   MoeForward(cfg_, L.moe, l, normed_.data(), n, branch_.data(), scratch_, *pool_, trace);
-  for (int64_t i = 0; i < n * Hd; ++i) hidden_[i] += branch_[i];
+  WeightedSum(residual, static_cast<float>(cfg_.mlp_alpha), branch_.data(), static_cast<float>(cfg_.mlp_beta), n * Hd,
+              hidden_.data());
   if (trace) trace->Record(fmt::format("layers.{}.out", l), hidden_.data(), {n, Hd});
 }
 
@@ -141,7 +166,7 @@ Status Model::Forward(const ForwardBatch& batch, std::span<SequenceCache* const>
     if (next[c] == caches[c]->length()) continue;
     Status st = caches[c]->Extend(next[c]);
     if (!st.ok()) {  // the pool ran out: give back what this call took
-      for (size_t u = 0; u < c; ++u) (void)caches[u]->Truncate(old[u]);
+      for (size_t u = 0; u < c; ++u) caches[u]->UndoExtend(old[u]);
       return st;
     }
   }

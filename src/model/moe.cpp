@@ -1,5 +1,6 @@
 // Sparse MoE of MiniMax-M2 (transformers: MiniMaxM2TopKRouter + MiniMaxM2Experts):
-//   s = sigmoid(x gate^T)                 fp32 [n, E]
+//   s = sigmoid(x gate^T)                 fp32 [n, E]   (the hybrids, MixtralTopKRouter:
+//                                                        softmax over E, no bias)
 //   idx = top_k(s + e_score_correction_bias)   the bias only chooses experts
 //   w = s[idx] / sum(s[idx])              weights are the unbiased scores, renormalised
 //   out = sum_j w_j * W2_j(silu(W1_j x) * W3_j x)
@@ -36,11 +37,15 @@ void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int64_t layer, cons
   score.resize(static_cast<size_t>(E));
   biased.resize(static_cast<size_t>(E));
   order.resize(static_cast<size_t>(E));
+  const bool softmax = cfg.scoring_func == "softmax";
   for (int64_t t = 0; t < n; ++t) {
-    for (int64_t e = 0; e < E; ++e) {
-      score[e] = 1.0f / (1.0f + std::exp(-s.router[t * E + e]));
-      biased[e] = score[e] + (w.bias.empty() ? 0.0f : w.bias[e]);
+    if (softmax) {
+      std::copy_n(&s.router[t * E], E, score.data());
+      Softmax(score.data(), E);
+    } else {
+      for (int64_t e = 0; e < E; ++e) score[e] = 1.0f / (1.0f + std::exp(-s.router[t * E + e]));
     }
+    for (int64_t e = 0; e < E; ++e) biased[e] = score[e] + (w.bias.empty() ? 0.0f : w.bias[e]);
     std::iota(order.begin(), order.end(), 0);
     // Highest biased score first; ties go to the lower expert index.
     std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int32_t a, int32_t b) {

@@ -122,13 +122,33 @@ Result<MoeWeights> LoadMoe(const ModelConfig& cfg, const TensorStore& store, con
   return m;
 }
 
-// One decoder layer at `p` ("model.layers.N"): norms, attention, MoE.
-Result<LayerWeights> LoadDecoderLayer(const ModelConfig& cfg, const TensorStore& store, const std::string& p) {
+// One decoder layer at `p` ("model.layers.N") with attention of `type`: norms, attention, MoE.
+Result<LayerWeights> LoadDecoderLayer(const ModelConfig& cfg, const TensorStore& store, const std::string& p,
+                                      LayerType type = LayerType::kSoftmax) {
   const int64_t H = cfg.hidden_size;
   LayerWeights L;
+  L.type = type;
   M2_ASSIGN_OR_RETURN(L.input_norm, LoadVector(store, p + ".input_layernorm.weight", H));
   M2_ASSIGN_OR_RETURN(L.post_attention_norm, LoadVector(store, p + ".post_attention_layernorm.weight", H));
   const std::string a = p + ".self_attn";
+  if (type == LayerType::kLightning) {
+    if (store.Has(a + ".q_proj.weight"))
+      return Error("'{}' is a Lightning layer in the config's schedule, but the checkpoint has softmax attention "
+                   "weights there ({}.q_proj.weight): the schedule (layer_types / attn_type_list) does not match the "
+                   "weights",
+                   p, a);
+    const int64_t hd = cfg.q_dim();  // heads x head_dim
+    M2_ASSIGN_OR_RETURN(L.lightning.qkv, LoadLinear(cfg, store, a + ".qkv_proj", 3 * hd, H));
+    M2_ASSIGN_OR_RETURN(L.lightning.gate, LoadLinear(cfg, store, a + ".output_gate", hd, H));
+    M2_ASSIGN_OR_RETURN(L.lightning.out, LoadLinear(cfg, store, a + ".out_proj", H, hd));
+    M2_ASSIGN_OR_RETURN(L.lightning.norm, LoadVector(store, a + ".norm.weight", hd));
+    M2_ASSIGN_OR_RETURN(L.moe, LoadMoe(cfg, store, p));
+    return L;
+  }
+  if (store.Has(a + ".qkv_proj.weight"))
+    return Error("'{}' is a softmax-attention layer in the config's schedule, but the checkpoint has Lightning weights "
+                 "there ({}.qkv_proj.weight): the schedule (layer_types / attn_type_list) does not match the weights",
+                 p, a);
   M2_ASSIGN_OR_RETURN(L.attn.q, LoadLinear(cfg, store, a + ".q_proj", cfg.q_dim(), H));
   M2_ASSIGN_OR_RETURN(L.attn.k, LoadLinear(cfg, store, a + ".k_proj", cfg.kv_dim(), H));
   M2_ASSIGN_OR_RETURN(L.attn.v, LoadLinear(cfg, store, a + ".v_proj", cfg.kv_dim(), H));
@@ -218,7 +238,7 @@ Result<ModelWeights> LoadModelWeights(const ModelConfig& cfg, const TensorStore&
   M2_ASSIGN_OR_RETURN(w.final_norm, LoadVector(store, "model.norm.weight", H));
   w.layers.resize(static_cast<size_t>(cfg.num_hidden_layers));
   for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
-    M2_ASSIGN_OR_RETURN(w.layers[l], LoadDecoderLayer(cfg, store, fmt::format("model.layers.{}", l)));
+    M2_ASSIGN_OR_RETURN(w.layers[l], LoadDecoderLayer(cfg, store, fmt::format("model.layers.{}", l), cfg.layer_type(l)));
     if (on_layer) on_layer(l + 1, cfg.num_hidden_layers);
   }
   w.moe_layout = store.Has("model.layers.0.block_sparse_moe.gate.weight") ? "block_sparse_moe (released)"

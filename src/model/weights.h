@@ -1,4 +1,4 @@
-// The tensors of a MiniMax-M2 checkpoint, bound to the model's structure. Matrices are
+// The tensors of a MiniMax checkpoint (M2, or a Lightning hybrid: see LightningWeights), bound to the model's structure. Matrices are
 // views into the mapped files (no copy); small vectors (norms, router bias) are
 // widened to fp32 copies at load. Every tensor is checked for dtype and shape.
 //
@@ -27,6 +27,15 @@ struct AttentionWeights {
   std::vector<float> q_norm, k_norm;      // [H*D], [KV*D]; empty when use_qk_norm is false
 };
 
+// A Lightning layer of the hybrids (MODEL_SPEC.md section 2; transformers'
+// MiniMaxLightningAttention): model.layers.N.self_attn.{qkv_proj, output_gate, norm, out_proj}.
+struct LightningWeights {
+  LinearWeight qkv;         // [H*3*D, hidden]: per head h rows [q_h | k_h | v_h]
+  LinearWeight gate;        // output_gate [H*D, hidden]
+  LinearWeight out;         // out_proj [hidden, H*D]
+  std::vector<float> norm;  // [H*D]
+};
+
 struct ExpertWeights {
   LinearWeight w1, w3, w2;  // gate [I, hidden], up [I, hidden], down [hidden, I]
 };
@@ -38,8 +47,10 @@ struct MoeWeights {
 };
 
 struct LayerWeights {
+  LayerType type = LayerType::kSoftmax;
   std::vector<float> input_norm, post_attention_norm;  // [hidden]
-  AttentionWeights attn;
+  AttentionWeights attn;      // kSoftmax
+  LightningWeights lightning; // kLightning
   MoeWeights moe;
 };
 

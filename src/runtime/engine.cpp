@@ -88,7 +88,9 @@ Status EngineOptions::Validate() const {
 }
 
 int64_t KvBytesPerToken(const ModelConfig& cfg, KvDtype dtype) {
-  return cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * 2 * KvDtypeBytes(dtype);
+  // Softmax layers only: a Lightning layer keeps a fixed state per sequence instead.
+  const int64_t softmax_layers = cfg.num_hidden_layers - cfg.num_lightning_layers();
+  return softmax_layers * cfg.num_key_value_heads * cfg.head_dim * 2 * KvDtypeBytes(dtype);
 }
 
 Result<int64_t> KvBudgetBlocks(const ModelConfig& cfg, const EngineOptions& o) {
@@ -99,7 +101,9 @@ Result<int64_t> KvBudgetBlocks(const ModelConfig& cfg, const EngineOptions& o) {
                                (o.spec.mode == SpecMode::kMtp && cfg.num_hidden_layers > 0
                                     ? KvBytesPerToken(cfg, o.kv_dtype) / cfg.num_hidden_layers * cfg.num_mtp_modules
                                     : 0);
-  const double block_bytes = static_cast<double>(layers_bytes * bt);
+  // (A model of Lightning layers only has no keys and values: count a byte per block so
+  // the arithmetic below stays finite; its pool is never used.)
+  const double block_bytes = std::max(1.0, static_cast<double>(layers_bytes * bt));
   if (o.kv_tokens > 0) return (o.kv_tokens + bt - 1) / bt;
   if (o.kv_memory_gib > 0) {
     const auto blocks = static_cast<int64_t>(o.kv_memory_gib * kGiB / block_bytes);
@@ -121,6 +125,10 @@ Result<KvDtype> ParseKvDtype(const std::string& s) {
 
 Result<std::unique_ptr<Engine>> Engine::Create(Model& model, const text::Tokenizer* tokenizer, EngineOptions options) {
   M2_ASSIGN_OR_RETURN(int64_t blocks, KvBudgetBlocks(model.config(), options));
+  if (options.spec.mode != SpecMode::kOff && model.config().num_lightning_layers() > 0)
+    return Error("--spec {} is not available for the Lightning-attention models yet (rejecting a draft needs their "
+                 "state rolled back); use --spec off",
+                 options.spec.mode == SpecMode::kMtp ? "mtp" : "lookup");
   return std::unique_ptr<Engine>(new Engine(model, tokenizer, options, blocks));
 }
 
@@ -153,6 +161,10 @@ Status Engine::ValidateRequest(const Request& r) const {
   if (r.prompt.empty()) return Error("the prompt is empty: generation needs at least one token");
   const SpecOptions& spec = r.spec ? *r.spec : options_.spec;
   M2_RETURN_IF_ERROR(spec.Validate());
+  if (spec.mode != SpecMode::kOff && cfg.num_lightning_layers() > 0)
+    return Error("speculative decoding (--spec {}) is not available for the Lightning-attention models yet: rejecting a "
+                 "draft needs the Lightning state rolled back, which needs state checkpoints; use --spec off",
+                 spec.mode == SpecMode::kMtp ? "mtp" : "lookup");
   if (spec.mode == SpecMode::kMtp && model_.num_mtp_modules() == 0)
     return Error("--spec mtp needs a model with multi-token-prediction modules, and this one has none (the released "
                  "MiniMax-M2 checkpoints ship without their weights): use --spec lookup");
@@ -253,13 +265,10 @@ void Engine::Admit(Seq& s) {
     s.cache = std::move(session->cache_);
     session->ids_.clear();
     if (Status st = s.cache->Truncate(common); !st.ok()) {
-      // A recurrent layer cannot roll back: start this sequence over, and say so.
+      // A Lightning layer's state cannot roll back to where the conversations part:
+      // prefill this one from the start (the same output, without the reuse).
       s.cache = std::make_unique<SequenceCache>(pool_.get());
-      s.result.stats.reused_tokens = 0;
-      Finish(s, StopReason::kError,
-             Error("cannot reuse the conversation's cache: {} (the Lightning models need state checkpoints)",
-                   st.message()));
-      return;
+      common = 0;
     }
     reused = common;
   } else {

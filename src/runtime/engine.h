@@ -70,7 +70,8 @@ struct EngineOptions {
 
 // The number of KV blocks the options give for this model (at least one).
 Result<int64_t> KvBudgetBlocks(const ModelConfig& cfg, const EngineOptions& o);
-// Bytes of keys and values per token for this model at this dtype (all layers).
+// Bytes of keys and values per token for this model at this dtype (its softmax layers:
+// a Lightning layer keeps a fixed fp32 state per running sequence, outside this budget).
 int64_t KvBytesPerToken(const ModelConfig& cfg, KvDtype dtype);
 // "bf16" / "f32" -> dtype; anything else is an error naming the choices.
 Result<KvDtype> ParseKvDtype(const std::string& s);

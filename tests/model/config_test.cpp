@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <functional>
+
 #include "io/json_file.h"
 #include "model/config.h"
 
@@ -107,6 +110,130 @@ TEST(ConfigTest, MissingFileIsAClearError) {
   auto c = LoadModelConfig("testdata/no-such-model");
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("config.json"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace m2
+
+namespace m2 {
+namespace {
+
+using json = nlohmann::json;
+
+json M1Reference() {
+  auto j = ReadJsonFile("testdata/reference/minimax-m1/config.json");
+  EXPECT_TRUE(j.ok()) << j.status().message();
+  return j.ok() ? *j : json::object();
+}
+
+TEST(HybridConfigTest, ReleasedMiniMaxM1Config) {
+  auto c = ParseModelConfig(M1Reference());
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_TRUE(c->hybrid);
+  EXPECT_EQ(c->architecture, "MiniMaxM1ForCausalLM");
+  EXPECT_EQ(c->num_hidden_layers, 80);
+  ASSERT_EQ(c->layer_types.size(), 80u);
+  for (int64_t l = 0; l < 80; ++l)
+    EXPECT_EQ(c->layer_type(l), (l + 1) % 8 == 0 ? LayerType::kSoftmax : LayerType::kLightning) << l;
+  EXPECT_EQ(c->num_lightning_layers(), 70);
+  EXPECT_EQ(c->hidden_size, 6144);
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->rotary_dim, 64);
+  EXPECT_DOUBLE_EQ(c->rope_theta, 1e7);
+  EXPECT_EQ(c->num_local_experts, 32);
+  EXPECT_EQ(c->num_experts_per_tok, 2);
+  EXPECT_EQ(c->scoring_func, "softmax");
+  EXPECT_FALSE(c->use_routing_bias);
+  EXPECT_FALSE(c->use_qk_norm);
+  EXPECT_TRUE(c->postnorm);
+  EXPECT_DOUBLE_EQ(c->rms_norm_eps, 1e-5);
+  EXPECT_EQ(c->lightning_block, 256);  // not in the file: transformers' default
+  EXPECT_NEAR(c->lightning_alpha, 3.5565588200778455, 1e-15);
+  EXPECT_NEAR(c->softmax_alpha, 3.5565588200778455, 1e-15);
+  EXPECT_NEAR(c->mlp_alpha, 3.5565588200778455, 1e-15);
+  EXPECT_DOUBLE_EQ(c->lightning_beta, 1.0);
+  EXPECT_TRUE(c->eos_token_ids.empty());  // null in the file: the tokenizer's end token decides
+  EXPECT_FALSE(c->bos_token_id.has_value());
+  EXPECT_EQ(c->lightning_state_floats(), 64 * 128 * 128);  // 4 MiB per layer and sequence
+}
+
+TEST(HybridConfigTest, SlopesFollowTransformers) {
+  auto c = ParseModelConfig(M1Reference());
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  // get_slope_rate: (1 / 2^(8/H))^(h+1) * (1 - l / (L - 1 + 1e-5) + 1e-5), H = 64, L = 80.
+  for (int64_t l : {0, 7, 40, 79})
+    for (int64_t h : {0, 1, 31, 63}) {
+      const double want = std::pow(std::pow(2.0, -8.0 / 64), h + 1) * (1.0 - l / (79 + 1e-5) + 1e-5);
+      EXPECT_NEAR(c->lightning_slope(l, h), want, 1e-7 * want) << l << " " << h;
+    }
+  EXPECT_GT(c->lightning_slope(79, 0), 0.0f);  // the last layer keeps a tiny positive decay
+}
+
+TEST(HybridConfigTest, TransformersNamingAndDefaults) {
+  auto c = ParseModelConfig(json{{"architectures", {"MiniMaxForCausalLM"}},
+                                 {"model_type", "minimax"},
+                                 {"num_hidden_layers", 4},
+                                 {"layer_types", {"linear_attention", "full_attention", "linear_attention", "full_attention"}},
+                                 {"full_attn_alpha_factor", 1.5},
+                                 {"mlp_beta_factor", 0.5},
+                                 {"block_size", 64}});
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->layer_type(0), LayerType::kLightning);
+  EXPECT_EQ(c->layer_type(1), LayerType::kSoftmax);
+  EXPECT_DOUBLE_EQ(c->softmax_alpha, 1.5);
+  EXPECT_DOUBLE_EQ(c->mlp_beta, 0.5);
+  EXPECT_DOUBLE_EQ(c->lightning_alpha, 1.0);
+  EXPECT_EQ(c->lightning_block, 64);
+  EXPECT_EQ(c->head_dim, 4096 / 32);  // MiniMaxConfig: hidden_size / heads when absent
+  // No schedule at all: transformers' default alternates, softmax first.
+  auto d = ParseModelConfig(json{{"model_type", "minimax"}, {"num_hidden_layers", 3}});
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_EQ(d->layer_type(0), LayerType::kSoftmax);
+  EXPECT_EQ(d->layer_type(1), LayerType::kLightning);
+  EXPECT_EQ(d->layer_type(2), LayerType::kSoftmax);
+  // M2 configs are all softmax.
+  auto m2 = ParseModelConfig(json{{"model_type", "minimax_m2"}, {"num_hidden_layers", 2}});
+  ASSERT_TRUE(m2.ok()) << m2.status().message();
+  EXPECT_EQ(m2->num_lightning_layers(), 0);
+  EXPECT_FALSE(m2->hybrid);
+}
+
+TEST(HybridConfigTest, BadHybridFieldsNameTheField) {
+  struct Case {
+    const char* what;
+    std::function<void(json&)> edit;
+    const char* message_part;
+  };
+  const std::vector<Case> cases = {
+      {"short schedule", [](json& j) { j["attn_type_list"] = {0, 1}; }, "attn_type_list"},
+      {"bad schedule entry", [](json& j) { j["attn_type_list"][3] = 2; }, "attn_type_list"},
+      {"schedules disagree",
+       [](json& j) {
+         j["layer_types"] = json::array();
+         for (int l = 0; l < 80; ++l) j["layer_types"].push_back("linear_attention");
+       },
+       "different layer schedules"},
+      {"postnorm false", [](json& j) { j["postnorm"] = false; }, "postnorm"},
+      {"alpha names disagree", [](json& j) { j["mlp_alpha_factor"] = 2.0; }, "layernorm_mlp_alpha"},
+      {"block size", [](json& j) { j["block_size"] = 0; }, "block_size"},
+      {"sigmoid routing", [](json& j) { j["scoring_func"] = "sigmoid"; }, "scoring_func"},
+      {"families disagree", [](json& j) { j["model_type"] = "minimax_m2"; }, "different model families"},
+      {"unknown architecture", [](json& j) { j["architectures"] = {"LlamaForCausalLM"}; }, "LlamaForCausalLM"},
+      {"schedule on M2",
+       [](json& j) {
+         j["architectures"] = {"MiniMaxM2ForCausalLM"};
+         j["model_type"] = "minimax_m2";
+       },
+       "attn_type_list"},
+  };
+  for (const auto& bc : cases) {
+    json j = M1Reference();
+    bc.edit(j);
+    auto c = ParseModelConfig(j);
+    ASSERT_FALSE(c.ok()) << bc.what;
+    EXPECT_NE(c.status().message().find(bc.message_part), std::string::npos)
+        << bc.what << ": " << c.status().message();
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The engine against transformers' MiniMaxM2ForCausalLM (fp32) on the tiny golden
-// models made by tools/make_golden.py: prompt logits at every position, 16 greedy
+// models made by tools/make_golden.py (and MiniMaxForCausalLM, the Lightning hybrids, by
+// tools/make_golden_minimax.py): prompt logits at every position, 16 greedy
 // decode steps through the KV cache, and each layer's output over the prompt.
 //
 // Tolerance: both sides compute in fp32 from identical fp32 weight values (bf16 and
@@ -74,13 +75,10 @@ TEST_P(GoldenTest, PromptLogitsLayersAndGreedyDecodeMatchTransformers) {
               name.c_str(), worst, P, g.greedy.size(), tol);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllModels, GoldenTest, ::testing::ValuesIn(GoldenModels()),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n)
-                             if (c == '-') c = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(AllModels, GoldenTest, ::testing::ValuesIn(GoldenModels()), ModelParamName);
+// The Lightning hybrids against transformers' MiniMaxForCausalLM: the same checks (its
+// prefill runs the blocked form, its decode the recurrence, as ours do).
+INSTANTIATE_TEST_SUITE_P(Hybrids, GoldenTest, ::testing::ValuesIn(HybridGoldenModels()), ModelParamName);
 
 }  // namespace
 }  // namespace m2::testing

@@ -21,6 +21,22 @@ inline const std::vector<std::string>& GoldenModels() {
   return names;
 }
 
+// The Lightning hybrids (tools/make_golden_minimax.py): released Text-01 naming with
+// softmax last, released M1 naming in bf16 shards with softmax first, transformers' own
+// naming and fused experts with alternating layers.
+inline const std::vector<std::string>& HybridGoldenModels() {
+  static const std::vector<std::string> names = {"tiny-hybrid-text01", "tiny-hybrid-m1", "tiny-hybrid-hf"};
+  return names;
+}
+
+// A model name as a test-name suffix ("tiny-fp8" -> "tiny_fp8").
+inline std::string ModelParamName(const ::testing::TestParamInfo<std::string>& info) {
+  std::string n = info.param;
+  for (char& c : n)
+    if (c == '-') c = '_';
+  return n;
+}
+
 inline std::string GoldenDir(const std::string& name) { return "testdata/golden/" + name; }
 
 struct Golden {

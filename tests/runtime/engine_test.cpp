@@ -380,5 +380,93 @@ TEST(Engine, LoopThreadServesRequestsFromManyThreads) {
   }
 }
 
+
+// --- The Lightning hybrids through the serving core.
+
+Model& Hybrid() {
+  static std::unique_ptr<Model> m = [] {
+    auto r = Model::Load("testdata/golden/tiny-hybrid-m1", {.progress = false});
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return std::move(r).value();
+  }();
+  return *m;
+}
+
+std::vector<int32_t> HybridSolo(const Request& r) {
+  auto e = Engine::Create(Hybrid(), nullptr, {});
+  EXPECT_TRUE(e.ok());
+  auto out = (*e)->Generate(r);
+  EXPECT_TRUE(out.ok()) << out.status().message();
+  return out.ok() ? out->tokens : std::vector<int32_t>{};
+}
+
+TEST(Engine, HybridModelBatchesSequencesLikeSoloRuns) {
+  // Continuous batching with chunked prefill: each sequence's Lightning state advances by
+  // its own rows only, whatever runs beside it.
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> tok(3, 380);
+  std::vector<Request> reqs;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> p(static_cast<size_t>(5 + 9 * i));
+    for (auto& t : p) t = tok(rng);
+    reqs.push_back(MakeRequest(p, 12 + i, Greedy()));
+  }
+  EngineOptions o;
+  o.max_batch_tokens = 16;
+  auto e = Engine::Create(Hybrid(), nullptr, o);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  Collected c;
+  std::vector<uint64_t> ids;
+  RunAll(**e, reqs, c, ids);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(c.errors[ids[i]].ok()) << c.errors[ids[i]].message();
+    EXPECT_EQ(c.results[ids[i]].tokens, HybridSolo(reqs[i])) << "request " << i;
+  }
+  EXPECT_EQ((*e)->pool().blocks_in_use(), 0);
+}
+
+TEST(Engine, HybridSessionThatDivergesStartsOverWithTheSameOutput) {
+  // A kept conversation whose next prompt extends it continues from the Lightning state;
+  // one that departs from it (the state cannot roll back) is prefilled from the start.
+  auto e = Engine::Create(Hybrid(), nullptr, {});
+  ASSERT_TRUE(e.ok());
+  KvSession session;
+  Request first = MakeRequest({5, 6, 7, 8, 9, 10, 11}, 6, Greedy());
+  first.session = &session;
+  auto a = (*e)->Generate(first);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  std::vector<int32_t> extended = first.prompt;
+  extended.insert(extended.end(), a->tokens.begin(), a->tokens.end());
+  extended.push_back(42);
+  Request second = MakeRequest(extended, 6, Greedy());
+  second.session = &session;
+  auto b = (*e)->Generate(second);
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_GT(b->stats.reused_tokens, 0);
+  EXPECT_EQ(b->tokens, HybridSolo(MakeRequest(extended, 6, Greedy())));
+  Request third = MakeRequest({5, 6, 7, 99, 98}, 6, Greedy());  // departs at token 3
+  third.session = &session;
+  auto c = (*e)->Generate(third);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->stats.reused_tokens, 0);
+  EXPECT_EQ(c->tokens, HybridSolo(MakeRequest({5, 6, 7, 99, 98}, 6, Greedy())));
+}
+
+TEST(Engine, HybridModelRefusesSpeculationClearly) {
+  EngineOptions o;
+  o.spec.mode = SpecMode::kLookup;
+  auto e = Engine::Create(Hybrid(), nullptr, o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("Lightning"), std::string::npos) << e.status().message();
+  auto plain = Engine::Create(Hybrid(), nullptr, {});
+  ASSERT_TRUE(plain.ok());
+  Request r = MakeRequest({5, 6, 7}, 4, Greedy());
+  r.spec = SpecOptions{};
+  r.spec->mode = SpecMode::kLookup;
+  auto out = (*plain)->Submit(std::move(r));
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("--spec off"), std::string::npos) << out.status().message();
+}
+
 }  // namespace
 }  // namespace m2::runtime
