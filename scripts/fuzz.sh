@@ -18,6 +18,7 @@ done
 cp testdata/golden/*/config.json build-fuzz/corpus/config/ 2>/dev/null || true
 for d in testdata/golden/*/; do cp "$d/config.json" "build-fuzz/corpus/config/$(basename "$d").json"; done
 cp testdata/reference/minimax-m2/config.json build-fuzz/corpus/config/reference.json
+cp testdata/reference/minimax-m1/config.json build-fuzz/corpus/config/reference-m1.json
 # Requests: the chat conversations of the template tests, and OpenAI / Anthropic shapes.
 i=0
 for f in testdata/chat/*.json; do cp "$f" "build-fuzz/corpus/request/chat$i.json"; i=$((i + 1)); done 2>/dev/null || true

@@ -74,6 +74,9 @@ int Run(GenerateOptions& o) {
   }
   auto model = Model::Load(o.model, {.threads = o.engine.threads});
   if (!model.ok()) return Fail(model.status());
+  if (o.chat) {
+    if (Status st = CheckM2ChatFormat((*model)->config()); !st.ok()) return Fail(st);
+  }
   auto sampling = ResolveSampling(o.sampling, o.model, (*model)->config());
   if (!sampling.ok()) return Fail(sampling.status());
   auto engine_opts = ResolveEngineFlags(o.engine, (*model)->config());

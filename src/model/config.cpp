@@ -439,6 +439,14 @@ Result<ModelConfig> ParseModelConfig(const json& j) {
   return c;
 }
 
+Status CheckM2ChatFormat(const ModelConfig& c) {
+  if (!c.hybrid) return Status::Ok();
+  return Error("{} uses the MiniMax-Text-01 / M1 chat format (<beginning_of_sentence>role name=...), which this engine "
+               "does not render yet (it renders MiniMax-M2's): give the model a raw prompt instead (m2 generate -p, or "
+               "the server's /v1/completions)",
+               c.architecture);
+}
+
 const char* LayerTypeName(LayerType t) { return t == LayerType::kSoftmax ? "softmax" : "lightning"; }
 
 int64_t ModelConfig::num_lightning_layers() const {

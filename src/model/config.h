@@ -120,6 +120,11 @@ struct ModelConfig {
   float lightning_slope(int64_t layer, int64_t head) const;
 };
 
+// Whether prompts for this model can be written in the MiniMax-M2 chat format (the one
+// src/chat renders): an error for the Lightning hybrids, whose chat format
+// (<beginning_of_sentence>role name=...) is not implemented yet, saying what to use instead.
+Status CheckM2ChatFormat(const ModelConfig& c);
+
 // Parses and validates. Errors name the field, what was expected and what was found.
 Result<ModelConfig> ParseModelConfig(const nlohmann::json& j);
 // Reads DIR/config.json (or the file itself when `path` is a .json file).

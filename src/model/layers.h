@@ -39,7 +39,8 @@ struct Scratch {
   std::vector<int32_t> chosen;
   std::vector<float> weight, score, biased;
   std::vector<int32_t> order;
-  std::vector<std::vector<int32_t>> by_expert;
+  std::vector<int32_t> pair_flat;                       // pairs grouped by expert (moe.cpp)
+  std::vector<int64_t> expert_start, expert_next;       // [E + 1] offsets into pair_flat; fill cursors
   std::vector<int32_t> used;       // experts with tokens in this chunk, most tokens first
   int64_t experts_run = 0;         // (layer, chunk, expert) runs since the forward pass began
   std::vector<float> pair_out;     // [tokens * top_k, hidden]: each (token, slot)'s expert output

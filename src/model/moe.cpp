@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 #include <numeric>
+#include <span>
 
 #include <fmt/format.h>
 
@@ -61,13 +62,18 @@ void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int64_t layer, cons
 
   const int threads = pool.size();
   if (s.expert_threads.size() < static_cast<size_t>(threads)) s.expert_threads.resize(static_cast<size_t>(threads));
-  auto& by_expert = s.by_expert;
-  by_expert.resize(static_cast<size_t>(E));
+  // The chunk's (token, slot) pairs grouped by expert, in one flat array (a counting sort:
+  // no per-expert vectors that could grow, so a warm step allocates nothing whatever the
+  // routing): expert e's pairs are pair_flat[expert_start[e] .. expert_start[e + 1]).
+  const auto by_expert = [&](int64_t e) {
+    return std::span<const int32_t>(s.pair_flat.data() + s.expert_start[e],
+                                    static_cast<size_t>(s.expert_start[e + 1] - s.expert_start[e]));
+  };
 
   // One expert on its (token, slot) pairs: gather, W1 and W3, silu * up, W2, and each
   // pair's output row into pair_out (relative to the chunk's first pair p0).
   const auto run_expert = [&](int64_t e, int64_t p0, Scratch::ExpertThread& es, bool split_rows) {
-    const auto& pairs = by_expert[e];
+    const auto pairs = by_expert(e);
     const int64_t m = static_cast<int64_t>(pairs.size());
     es.gathered.resize(static_cast<size_t>(m * Hd));
     for (int64_t r = 0; r < m; ++r) std::copy_n(x + (pairs[r] / K) * Hd, Hd, &es.gathered[r * Hd]);
@@ -89,15 +95,19 @@ void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int64_t layer, cons
   for (int64_t c0 = 0; c0 < n; c0 += kMoeChunkTokens) {
     const int64_t c1 = std::min(n, c0 + kMoeChunkTokens), p0 = c0 * K;
     // Group the chunk's (token, slot) pairs by expert; each used expert runs once.
-    for (auto& v : by_expert) v.clear();  // keeps capacity: no allocation once warm
-    for (int64_t i = p0; i < c1 * K; ++i) by_expert[chosen[i]].push_back(static_cast<int32_t>(i));
+    s.expert_start.assign(static_cast<size_t>(E) + 1, 0);
+    for (int64_t i = p0; i < c1 * K; ++i) ++s.expert_start[chosen[i] + 1];
+    for (int64_t e = 0; e < E; ++e) s.expert_start[e + 1] += s.expert_start[e];
+    s.pair_flat.resize(static_cast<size_t>((c1 - c0) * K));
+    s.expert_next.assign(s.expert_start.begin(), s.expert_start.end() - 1);
+    for (int64_t i = p0; i < c1 * K; ++i) s.pair_flat[s.expert_next[chosen[i]]++] = static_cast<int32_t>(i);
     s.used.clear();
     for (int64_t e = 0; e < E; ++e)
-      if (!by_expert[e].empty()) s.used.push_back(static_cast<int32_t>(e));
+      if (!by_expert(e).empty()) s.used.push_back(static_cast<int32_t>(e));
     // Biggest first, so the last experts handed out are small (balances the threads).
     // (std::sort with a tie-break: stable_sort would allocate.)
     std::sort(s.used.begin(), s.used.end(), [&](int32_t a, int32_t b) {
-      return by_expert[a].size() != by_expert[b].size() ? by_expert[a].size() > by_expert[b].size() : a < b;
+      return by_expert(a).size() != by_expert(b).size() ? by_expert(a).size() > by_expert(b).size() : a < b;
     });
     s.pair_out.resize(static_cast<size_t>((c1 - c0) * K * Hd));
 
@@ -107,7 +117,7 @@ void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int64_t layer, cons
       // Any slot may take the biggest expert (s.used is biggest first): size every slot's
       // scratch for it here, on the calling thread, so a warm step allocates nothing
       // whichever thread gets which expert.
-      const auto most = static_cast<size_t>(by_expert[s.used[0]].size());
+      const auto most = static_cast<size_t>(by_expert(s.used[0]).size());
       for (int t = 0; t < threads; ++t) {
         auto& es = s.expert_threads[static_cast<size_t>(t)];
         if (es.gathered.size() < most * Hd) es.gathered.resize(most * Hd);
@@ -120,7 +130,15 @@ void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int64_t layer, cons
           run_expert(s.used[i], p0, s.expert_threads[th], false);
       });
     } else {
-      for (int64_t i = 0; i < used; ++i) run_expert(s.used[i], p0, s.expert_threads[0], true);
+      // One slot runs every expert: sized for the most pairs an expert can have (one per
+      // token of the chunk), so a warm step of the same size allocates nothing whatever
+      // the routing.
+      auto& es = s.expert_threads[0];
+      const auto rows = static_cast<size_t>(c1 - c0);
+      if (es.gathered.size() < rows * Hd) es.gathered.resize(rows * Hd);
+      if (es.gate.size() < rows * I) es.gate.resize(rows * I), es.up.resize(rows * I);
+      if (es.down.size() < rows * Hd) es.down.resize(rows * Hd);
+      for (int64_t i = 0; i < used; ++i) run_expert(s.used[i], p0, es, true);
     }
 
     // out[t] = sum over t's slots, in expert-index order, of weight * expert output.

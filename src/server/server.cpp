@@ -348,6 +348,8 @@ struct Server::Impl {
         for (const auto& t : job->tools) constrained_names.push_back(t["function"]["name"].get<std::string>());
       }
     }
+    if (Status st = CheckM2ChatFormat(model.config()); !st.ok())
+      return Count(endpoint, 400), SendError(req, res, 400, st.message());
     std::string forced;
     auto prompt = RenderJobPrompt(*job, &forced);
     if (!prompt.ok()) return Count(endpoint, 400), SendError(req, res, 400, prompt.status().message());
@@ -399,6 +401,8 @@ struct Server::Impl {
     if (!body.ok()) return Count(endpoint, 400), SendError(req, res, 400, body.status().message());
     auto job = ParseAnthropicMessages(*body, o.defaults);
     if (!job.ok()) return Count(endpoint, 400), SendError(req, res, 400, job.status().message());
+    if (Status st = CheckM2ChatFormat(model.config()); !st.ok())
+      return Count(endpoint, 400), SendError(req, res, 400, st.message());
     auto prompt = RenderJobPrompt(*job, nullptr);
     if (!prompt.ok()) return Count(endpoint, 400), SendError(req, res, 400, prompt.status().message());
     Count(endpoint, 200);

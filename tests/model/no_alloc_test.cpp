@@ -77,5 +77,36 @@ TEST(NoAllocation, WarmDecodeStepsAllocateNothing) {
   EXPECT_EQ(g_allocations.load(), 0) << "allocations during 3 warm decode steps (trunk + MTP module 0)";
 }
 
+TEST(NoAllocation, WarmHybridStepsAllocateNothing) {
+  // A Lightning hybrid: decode steps (the recurrence) and short prefill chunks (the
+  // blocked form) of two sequences batched. The warm-up runs the same shapes to longer
+  // positions on other caches (the softmax layers' score scratch grows with the context,
+  // by design); the counted steps run on caches that took their first block before.
+  auto model = Model::Load("testdata/golden/tiny-hybrid-hf", {.progress = false, .threads = 2});
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  Model& m = **model;
+  KvBlockPool pool(m.cache_layout(64));
+  SequenceCache a(&pool), c(&pool), x(&pool), y(&pool);
+  std::vector<float> logits;
+  logits.reserve(1 << 16);
+  ForwardBatch b;
+  auto step = [&](SequenceCache& dec, SequenceCache& chunk, int32_t tok) {
+    SequenceCache* caches[] = {&dec, &chunk};
+    b.tokens.clear(), b.seq.clear(), b.want_logits.clear(), b.want_hidden.clear();
+    b.Add(tok, 0, true);                                    // decode
+    for (int i = 0; i < 6; ++i) b.Add(tok + i, 1, i == 5);  // a chunk
+    logits.clear();
+    const Status st = m.Forward(b, caches, logits);
+    ASSERT_TRUE(st.ok()) << st.message();
+  };
+  for (int i = 0; i < 5; ++i) step(a, c, 10 + i);  // positions up to 30
+  step(x, y, 40);
+  g_allocations = 0;
+  g_counting = true;
+  for (int i = 0; i < 3; ++i) step(x, y, 20 + i);  // positions up to 24
+  g_counting = false;
+  EXPECT_EQ(g_allocations.load(), 0) << "allocations during 3 warm hybrid steps";
+}
+
 }  // namespace
 }  // namespace m2
