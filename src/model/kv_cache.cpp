@@ -191,8 +191,10 @@ void KvBlockPool::ClearPrefixCache() {
 }
 
 SequenceCache::SequenceCache(KvBlockPool* pool) : pool_(pool) {
-  for (const auto& l : pool_->layout().layers)
+  for (const auto& l : pool_->layout().layers) {
     states_.emplace_back(l.kind == LayerCacheKind::kRecurrentState ? static_cast<size_t>(l.state_floats) : 0, 0.0f);
+    has_recurrent_ |= l.kind == LayerCacheKind::kRecurrentState;
+  }
   filled_.assign(pool_->layout().layers.size(), 0);
 }
 
@@ -203,7 +205,11 @@ SequenceCache::SequenceCache(SequenceCache&& o) noexcept
       length_(o.length_),
       blocks_(std::move(o.blocks_)),
       states_(std::move(o.states_)),
+      saved_states_(std::move(o.saved_states_)),
+      saved_length_(o.saved_length_),
+      has_recurrent_(o.has_recurrent_),
       filled_(std::move(o.filled_)) {
+  o.saved_length_ = -1;
   o.blocks_.clear();
   o.length_ = 0;
   o.filled_.assign(filled_.size(), 0);
@@ -216,7 +222,11 @@ SequenceCache& SequenceCache::operator=(SequenceCache&& o) noexcept {
     length_ = o.length_;
     blocks_ = std::move(o.blocks_);
     states_ = std::move(o.states_);
+    saved_states_ = std::move(o.saved_states_);
+    saved_length_ = o.saved_length_;
+    has_recurrent_ = o.has_recurrent_;
     filled_ = std::move(o.filled_);
+    o.saved_length_ = -1;
     o.blocks_.clear();
     o.length_ = 0;
     o.filled_.assign(filled_.size(), 0);
@@ -298,6 +308,24 @@ void SequenceCache::UndoExtend(int64_t old_length) {
   }
   length_ = old_length;
   for (int64_t& f : filled_) f = std::min(f, old_length);
+}
+
+void SequenceCache::SaveStates() {
+  if (!has_recurrent_) return;
+  saved_states_.resize(states_.size());
+  for (size_t l = 0; l < states_.size(); ++l) saved_states_[l].assign(states_[l].begin(), states_[l].end());
+  saved_length_ = length_;
+}
+
+Status SequenceCache::RestoreSavedStates() {
+  if (saved_length_ < 0) return Error("no saved recurrent states to restore");
+  if (saved_length_ > length_)
+    return Error("the recurrent states were saved at position {}, past the cache's {} positions", saved_length_,
+                 length_);
+  for (size_t l = 0; l < states_.size(); ++l) std::copy(saved_states_[l].begin(), saved_states_[l].end(), states_[l].begin());
+  UndoExtend(saved_length_);
+  saved_length_ = -1;
+  return Status::Ok();
 }
 
 void SequenceCache::AdoptPrefix(std::span<const int32_t> blocks, int64_t length, int64_t layers) {

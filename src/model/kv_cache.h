@@ -169,6 +169,16 @@ class SequenceCache {
   // written to yet (Model::Forward undoing its Extends when the pool runs out), recurrent
   // layers or not: their states are untouched. PRECONDITION: old_length <= length.
   void UndoExtend(int64_t old_length);
+  // Recurrent layers cannot be truncated; instead their states can be saved and restored
+  // (speculative decoding on the Lightning models: saved before a verification pass, and
+  // restored when a draft is rejected, the accepted tokens then run again).
+  bool has_recurrent() const { return has_recurrent_; }
+  // Copies every recurrent state and remembers the length they belong to (replacing an
+  // earlier save). No-op without recurrent layers.
+  void SaveStates();
+  // Back to the saved states and length: positions from it on are forgotten (keys and
+  // values too). An error when nothing is saved or the cache is now shorter than the save.
+  Status RestoreSavedStates();
   // A new sequence sharing this one's cached positions (no copy until written).
   SequenceCache Fork() const;
   // For an empty cache: takes `blocks` (already retained for it, e.g. by LookupPrefix)
@@ -214,6 +224,9 @@ class SequenceCache {
   int64_t length_ = 0;
   std::vector<int32_t> blocks_;
   std::vector<std::vector<float>> states_;  // per layer; empty for KV layers
+  std::vector<std::vector<float>> saved_states_;  // SaveStates: per layer; empty for KV layers
+  int64_t saved_length_ = -1;                      // -1: nothing saved
+  bool has_recurrent_ = false;
   std::vector<int64_t> filled_;             // per layer, <= length_
 };
 

@@ -125,10 +125,7 @@ Result<KvDtype> ParseKvDtype(const std::string& s) {
 
 Result<std::unique_ptr<Engine>> Engine::Create(Model& model, const text::Tokenizer* tokenizer, EngineOptions options) {
   M2_ASSIGN_OR_RETURN(int64_t blocks, KvBudgetBlocks(model.config(), options));
-  if (options.spec.mode != SpecMode::kOff && model.config().num_lightning_layers() > 0)
-    return Error("--spec {} is not available for the Lightning-attention models yet (rejecting a draft needs their "
-                 "state rolled back); use --spec off",
-                 options.spec.mode == SpecMode::kMtp ? "mtp" : "lookup");
+
   return std::unique_ptr<Engine>(new Engine(model, tokenizer, options, blocks));
 }
 
@@ -161,10 +158,6 @@ Status Engine::ValidateRequest(const Request& r) const {
   if (r.prompt.empty()) return Error("the prompt is empty: generation needs at least one token");
   const SpecOptions& spec = r.spec ? *r.spec : options_.spec;
   M2_RETURN_IF_ERROR(spec.Validate());
-  if (spec.mode != SpecMode::kOff && cfg.num_lightning_layers() > 0)
-    return Error("speculative decoding (--spec {}) is not available for the Lightning-attention models yet: rejecting a "
-                 "draft needs the Lightning state rolled back, which needs state checkpoints; use --spec off",
-                 spec.mode == SpecMode::kMtp ? "mtp" : "lookup");
   if (spec.mode == SpecMode::kMtp && model_.num_mtp_modules() == 0)
     return Error("--spec mtp needs a model with multi-token-prediction modules, and this one has none (the released "
                  "MiniMax-M2 checkpoints ship without their weights): use --spec lookup");
@@ -585,9 +578,18 @@ void Engine::AfterVerify(Seq& s, float* logits) {
   if (accepted == k) s.draft_len = std::min(s.draft_len + 1, kMaxDraft);
   else if (accepted == 0) s.draft_len = std::max(1, s.draft_len / 2);
   s.draft.clear();
-  // Keep the entries of ids.back() and the accepted drafts; the rejected ones go.
-  if (Status st = s.cache->Truncate(static_cast<int64_t>(old) + accepted); !st.ok() && error.ok())
+  // Keep the entries of ids.back() and the accepted drafts; the rejected ones go. With
+  // Lightning layers (no truncation) a rejection returns to the states saved before this
+  // pass, and the next step runs ids.back(), the accepted drafts and the new token again,
+  // as a chunk: the same states, at the cost of their compute (the weights are read once
+  // for the step anyway).
+  const int64_t keep = static_cast<int64_t>(old) + accepted;
+  if (s.cache->has_recurrent() && keep < s.cache->length()) {
+    if (Status st = s.cache->RestoreSavedStates(); !st.ok() && error.ok())
+      error = Error("cannot roll back rejected drafts: {}", st.message());
+  } else if (Status st = s.cache->Truncate(keep); !st.ok() && error.ok()) {
     error = Error("cannot roll back rejected drafts: {}", st.message());
+  }
   for (size_t i = 0; i < spec_out_.size() && !s.done; ++i) {
     if (want_lp) s.req.on_logprobs(spec_lp_[i]);
     EmitToken(s, spec_out_[i]);
@@ -690,6 +692,9 @@ bool Engine::Step() {
       continue;
     }
     const int64_t need = s->cache->BlocksToExtend(s->cache->length() + n);
+    // Lightning states cannot be truncated: keep a copy to return to if a draft is
+    // rejected (AfterVerify).
+    if (!s->draft.empty() && s->cache->has_recurrent()) s->cache->SaveStates();
     scheduled_.push_back(s);
     scheduled_tokens_.push_back(n);
     needs.push_back(need);

@@ -150,6 +150,36 @@ TEST_P(HybridTest, LightningLayersKeepAFixedStateAndNoBlocks) {
   EXPECT_EQ(cache.length(), static_cast<int64_t>(g_.prompt.size()));
 }
 
+TEST_P(HybridTest, SavedStatesRestoreAnEarlierPosition) {
+  // The speculative rollback of the Lightning models: save at position 12, run 6 more
+  // tokens, restore, run different tokens: the logits equal a run that never saw the 6.
+  const auto& p = g_.prompt;
+  KvBlockPool pool(model_->cache_layout(4));
+  SequenceCache cache(&pool), plain(&pool);
+  SequenceCache* cs[] = {&cache};
+  SequenceCache* ps[] = {&plain};
+  const auto feed = [&](SequenceCache* const* c, std::vector<int32_t> ids, bool logits) {
+    ForwardBatch b;
+    for (size_t i = 0; i < ids.size(); ++i) b.Add(ids[i], 0, logits && i + 1 == ids.size());
+    std::vector<float> out;
+    EXPECT_TRUE(model_->Forward(b, std::span<SequenceCache* const>(c, 1), out).ok());
+    return out;
+  };
+  feed(cs, {p.begin(), p.begin() + 12}, false);
+  cache.SaveStates();
+  feed(cs, {p.begin() + 12, p.begin() + 18}, false);
+  ASSERT_TRUE(cache.RestoreSavedStates().ok());
+  EXPECT_EQ(cache.length(), 12);
+  EXPECT_FALSE(cache.RestoreSavedStates().ok());  // a save is used once
+  const std::vector<int32_t> other = {p[20], p[3], p[7]};
+  const auto got = feed(cs, other, true);
+  std::vector<int32_t> ids(p.begin(), p.begin() + 12);
+  ids.insert(ids.end(), other.begin(), other.end());
+  const auto want = feed(ps, ids, true);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_LE(MaxAbsDiff(got.data(), want.data(), want.size()), tol_);
+}
+
 TEST_P(HybridTest, FullPoolLeavesCachesAsTheyWere) {
   // A pool of one block: the second sequence cannot grow. Forward fails, and the first
   // sequence's Extend is undone without touching its (recurrent) state.
