@@ -29,8 +29,6 @@ void LightningForward(const ModelConfig& cfg, const LightningWeights& w, int64_t
   const int64_t H = cfg.num_attention_heads, D = cfg.head_dim, hd = H * D, row = 3 * hd;
   const auto name = [&](const char* stage) { return fmt::format("layers.{}.{}", layer, stage); };
   s.qkv.resize(static_cast<size_t>(n * row));
-  s.qkv_grouped.resize(static_cast<size_t>(n * row));
-  s.lightning_out.resize(static_cast<size_t>(n * hd));
   s.attn.resize(static_cast<size_t>(n * hd));
   s.gate.resize(static_cast<size_t>(n * hd));
 
@@ -57,8 +55,20 @@ void LightningForward(const ModelConfig& cfg, const LightningWeights& w, int64_t
   for (int64_t start : s.run_start) s.run_seq.push_back(s.run_rows[start]);  // a row of the run, for its cache
   const auto runs = static_cast<int64_t>(s.run_start.size());
   s.run_start.push_back(n);
-  for (int64_t i = 0; i < n; ++i)
-    std::copy_n(&s.qkv[s.run_rows[i] * row], row, &s.qkv_grouped[i * row]);
+  // Usually each sequence's rows are together already (the engine builds its batches so):
+  // then the kernels read qkv and write the output in place, without the grouped copies
+  // (for Text-01 they would take 96 + 32 KiB more per token).
+  bool grouped = true;
+  for (int64_t i = 0; i < n && grouped; ++i) grouped = s.run_rows[i] == i;
+  const float* qkv = s.qkv.data();
+  float* heads_out = s.attn.data();
+  if (!grouped) {
+    s.qkv_grouped.resize(static_cast<size_t>(n * row));
+    s.lightning_out.resize(static_cast<size_t>(n * hd));
+    for (int64_t i = 0; i < n; ++i) std::copy_n(&s.qkv[s.run_rows[i] * row], row, &s.qkv_grouped[i * row]);
+    qkv = s.qkv_grouped.data();
+    heads_out = s.lightning_out.data();
+  }
 
   s.slopes.resize(static_cast<size_t>(H));
   for (int64_t h = 0; h < H; ++h) s.slopes[h] = cfg.lightning_slope(layer, h);
@@ -76,16 +86,16 @@ void LightningForward(const ModelConfig& cfg, const LightningWeights& w, int64_t
       const int64_t r = i / H, h = i % H;
       const int64_t first = s.run_start[r], len = s.run_start[r + 1] - first;
       float* state = slots[s.run_seq[r]].cache->State(layer) + h * D * D;
-      const float* q = &s.qkv_grouped[first * row + h * 3 * D];
-      float* o = &s.lightning_out[first * hd + h * D];
+      const float* q = qkv + first * row + h * 3 * D;
+      float* o = heads_out + first * hd + h * D;
       if (len <= kRecurrentMaxRun)
         LightningRecurrent(q, q + D, q + 2 * D, row, len, D, s.slopes[h], state, o, hd);
       else
         LightningBlocked(q, q + D, q + 2 * D, row, len, D, s.slopes[h], cfg.lightning_block, state, o, hd, scratch);
     }
   });
-  for (int64_t i = 0; i < n; ++i)
-    std::copy_n(&s.lightning_out[i * hd], hd, &s.attn[s.run_rows[i] * hd]);
+  if (!grouped)
+    for (int64_t i = 0; i < n; ++i) std::copy_n(&s.lightning_out[i * hd], hd, &s.attn[s.run_rows[i] * hd]);
   if (trace) trace->Record(name("attn_heads"), s.attn.data(), {n, H, D});
 
   for (int64_t t = 0; t < n; ++t)
