@@ -98,7 +98,7 @@ Costs CountCosts(const Model& m) {
     k.weight_bytes_per_token += c.num_experts_per_tok * expert_bytes;
     k.expert_bytes = expert_bytes;
   }
-  k.state_bytes_per_token = 2.0 * 4 * static_cast<double>(c.num_lightning_layers() * c.lightning_state_floats());
+  k.state_bytes_per_token = 2.0 * static_cast<double>(c.lightning_state_bytes());  // read and written
   k.lm_head_flops = 2.0 * w.lm_head.rows * w.lm_head.cols;
   k.weight_bytes_per_token += w.lm_head.bytes() + w.embed.bytes() / w.embed.rows;
   k.shared_bytes += w.lm_head.bytes();

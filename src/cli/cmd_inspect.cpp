@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "runtime/engine.h"
 
 namespace m2::cli {
 
@@ -123,8 +124,8 @@ int Run(const InspectOptions& o) {
   // Memory of a sequence's cache: keys and values per token in the softmax layers, a
   // fixed fp32 state per sequence in the Lightning layers (whatever the context length).
   const int64_t softmax_layers = c.num_hidden_layers - c.num_lightning_layers();
-  const int64_t kv_elems_per_token = softmax_layers * 2 * c.kv_dim();
-  const int64_t state_bytes = c.num_lightning_layers() * c.lightning_state_floats() * 4;
+  const int64_t kv_f32 = runtime::KvBytesPerToken(c, KvDtype::kF32), kv_bf16 = runtime::KvBytesPerToken(c, KvDtype::kBf16);
+  const int64_t state_bytes = c.lightning_state_bytes();
   std::string schedule;  // "softmax at 7, 15, ..." for the hybrids
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     if (c.layer_type(l) == LayerType::kSoftmax) schedule += (schedule.empty() ? "" : ", ") + std::to_string(l);
@@ -157,8 +158,8 @@ int Run(const InspectOptions& o) {
         {"mtp_status", weights->mtp_status},
         {"layer_types", types},
         {"lightning_layers", c.num_lightning_layers()},
-        {"kv_bytes_per_token_f32", kv_elems_per_token * 4},
-        {"kv_bytes_per_token_bf16", kv_elems_per_token * 2},
+        {"kv_bytes_per_token_f32", kv_f32},
+        {"kv_bytes_per_token_bf16", kv_bf16},
         {"lightning_state_bytes_per_sequence", state_bytes},
     };
     if (c.hybrid) {
@@ -187,8 +188,7 @@ int Run(const InspectOptions& o) {
               c.use_routing_bias ? " with selection bias" : "");
   std::printf("moe layout     %s\n", weights->moe_layout.c_str());
   std::printf("cache          %s per token of context (f32 keys and values; %s as bf16)%s\n",
-              Bytes(static_cast<double>(kv_elems_per_token) * 4).c_str(),
-              Bytes(static_cast<double>(kv_elems_per_token) * 2).c_str(),
+              Bytes(static_cast<double>(kv_f32)).c_str(), Bytes(static_cast<double>(kv_bf16)).c_str(),
               state_bytes > 0 ? fmt::format(", plus {} of fp32 Lightning state per sequence whatever its length",
                                             Bytes(static_cast<double>(state_bytes)))
                                     .c_str()

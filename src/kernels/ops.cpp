@@ -44,10 +44,6 @@ void SigmoidMul(float* x, const float* g, int64_t n) {
 }
 
 void WeightedSum(const float* a, float alpha, const float* b, float beta, int64_t n, float* out) {
-  if (alpha == 1.0f && beta == 1.0f) {
-    for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
-    return;
-  }
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] * alpha + b[i] * beta;
 }
 

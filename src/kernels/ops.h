@@ -26,7 +26,7 @@ void Silu(float* x, int64_t n);
 void SigmoidMul(float* x, const float* g, int64_t n);
 
 // out[i] = a[i] * alpha + b[i] * beta (out may alias a or b): the decoder layer's residual.
-// With alpha = beta = 1 it is exactly a + b.
+// With alpha = beta = 1 it is exactly a + b (a product by 1 is exact).
 void WeightedSum(const float* a, float alpha, const float* b, float beta, int64_t n, float* out);
 
 // In-place softmax of n values.

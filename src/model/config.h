@@ -114,6 +114,8 @@ struct ModelConfig {
   int64_t num_lightning_layers() const;
   // fp32 floats of one sequence's Lightning state in one layer: heads x head_dim^2.
   int64_t lightning_state_floats() const { return num_attention_heads * head_dim * head_dim; }
+  // Bytes of one sequence's states over all Lightning layers (fixed, whatever its length).
+  int64_t lightning_state_bytes() const { return num_lightning_layers() * lightning_state_floats() * 4; }
   // The decay slope of Lightning head `head` in layer `layer` (transformers:
   // MiniMaxLightningAttention.get_slope_rate): 2^(-8(h+1)/H) * (1 - l / (L - 1 + 1e-5) + 1e-5)
   // (the released code and vLLM: L - 1 without the 1e-5; a 1e-7 relative difference).

@@ -191,10 +191,8 @@ void KvBlockPool::ClearPrefixCache() {
 }
 
 SequenceCache::SequenceCache(KvBlockPool* pool) : pool_(pool) {
-  for (const auto& l : pool_->layout().layers) {
+  for (const auto& l : pool_->layout().layers)
     states_.emplace_back(l.kind == LayerCacheKind::kRecurrentState ? static_cast<size_t>(l.state_floats) : 0, 0.0f);
-    has_recurrent_ |= l.kind == LayerCacheKind::kRecurrentState;
-  }
   filled_.assign(pool_->layout().layers.size(), 0);
 }
 
@@ -207,7 +205,6 @@ SequenceCache::SequenceCache(SequenceCache&& o) noexcept
       states_(std::move(o.states_)),
       saved_states_(std::move(o.saved_states_)),
       saved_length_(o.saved_length_),
-      has_recurrent_(o.has_recurrent_),
       filled_(std::move(o.filled_)) {
   o.saved_length_ = -1;
   o.blocks_.clear();
@@ -224,7 +221,6 @@ SequenceCache& SequenceCache::operator=(SequenceCache&& o) noexcept {
     states_ = std::move(o.states_);
     saved_states_ = std::move(o.saved_states_);
     saved_length_ = o.saved_length_;
-    has_recurrent_ = o.has_recurrent_;
     filled_ = std::move(o.filled_);
     o.saved_length_ = -1;
     o.blocks_.clear();
@@ -311,7 +307,7 @@ void SequenceCache::UndoExtend(int64_t old_length) {
 }
 
 void SequenceCache::SaveStates() {
-  if (!has_recurrent_) return;
+  if (!has_recurrent()) return;
   saved_states_.resize(states_.size());
   for (size_t l = 0; l < states_.size(); ++l) saved_states_[l].assign(states_[l].begin(), states_[l].end());
   saved_length_ = length_;

@@ -104,6 +104,7 @@ class KvBlockPool {
   int64_t block_bytes() const { return block_elems_ * KvDtypeBytes(layout_.kv_dtype); }
 
   // --- Prefix cache.
+  bool has_recurrent() const { return has_recurrent_; }  // some layer keeps a recurrent state
   bool prefix_cache_supported() const { return !has_recurrent_; }
   // Registers a block every position of which holds the entries of `tokens` (block_tokens
   // ids) after a prefix hashing to `parent`; returns its hash. A block of the same
@@ -172,7 +173,7 @@ class SequenceCache {
   // Recurrent layers cannot be truncated; instead their states can be saved and restored
   // (speculative decoding on the Lightning models: saved before a verification pass, and
   // restored when a draft is rejected, the accepted tokens then run again).
-  bool has_recurrent() const { return has_recurrent_; }
+  bool has_recurrent() const { return pool_->has_recurrent(); }
   // Copies every recurrent state and remembers the length they belong to (replacing an
   // earlier save). No-op without recurrent layers.
   void SaveStates();
@@ -226,7 +227,6 @@ class SequenceCache {
   std::vector<std::vector<float>> states_;  // per layer; empty for KV layers
   std::vector<std::vector<float>> saved_states_;  // SaveStates: per layer; empty for KV layers
   int64_t saved_length_ = -1;                      // -1: nothing saved
-  bool has_recurrent_ = false;
   std::vector<int64_t> filled_;             // per layer, <= length_
 };
 

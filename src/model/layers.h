@@ -27,6 +27,20 @@ struct SeqView {
   const int32_t* blocks;
 };
 
+// A stable counting sort: the items [first, last) grouped by key(i) in [0, buckets), into
+// `order`; bucket k's items are order[start[k] .. start[k + 1]), in their original order.
+// No allocation once the vectors have grown (`cursor` is scratch).
+template <class Key>
+void GroupByKey(int64_t first, int64_t last, int64_t buckets, Key key, std::vector<int64_t>& start,
+                std::vector<int64_t>& cursor, std::vector<int32_t>& order) {
+  start.assign(static_cast<size_t>(buckets) + 1, 0);
+  for (int64_t i = first; i < last; ++i) ++start[static_cast<size_t>(key(i)) + 1];
+  for (int64_t b = 0; b < buckets; ++b) start[b + 1] += start[b];
+  cursor.assign(start.begin(), start.end() - 1);
+  order.resize(static_cast<size_t>(last - first));
+  for (int64_t i = first; i < last; ++i) order[static_cast<size_t>(cursor[key(i)]++)] = static_cast<int32_t>(i);
+}
+
 // Scratch memory reused across calls (grows, never shrinks).
 // The MoE groups at most this many tokens at a time: its per-(token, slot) outputs take
 // kMoeChunkTokens * top_k * hidden floats (96 MiB for M2) however long the prompt.
@@ -53,7 +67,7 @@ struct Scratch {
   std::vector<float> qkv, qkv_grouped, lightning_out, gate;
   std::vector<int32_t> run_rows;                    // batch rows grouped by sequence
   std::vector<int64_t> run_start, run_seq;          // runs of one sequence's rows in run_rows
-  std::vector<int64_t> seq_next;                    // counting sort of the rows by sequence
+  std::vector<int64_t> seq_start, seq_next;         // GroupByKey of the rows by sequence
   std::vector<float> slopes;                        // [heads] of the current layer
   std::vector<std::vector<float>> lightning_threads;  // per pool thread slot
 };

@@ -38,21 +38,16 @@ void LightningForward(const ModelConfig& cfg, const LightningWeights& w, int64_t
 
   // Group the rows by sequence (a sequence's rows are its consecutive positions in batch
   // order, possibly interleaved with other sequences' rows), keeping batch order within.
-  // (A counting sort: stable, and no allocation once the scratch has grown.)
   int32_t seqs = 0;
   for (int64_t i = 0; i < n; ++i) seqs = std::max(seqs, slots[i].seq + 1);
-  auto& next = s.seq_next;
-  next.assign(static_cast<size_t>(seqs) + 1, 0);
-  for (int64_t i = 0; i < n; ++i) ++next[static_cast<size_t>(slots[i].seq) + 1];
+  GroupByKey(0, n, seqs, [&](int64_t i) { return slots[i].seq; }, s.seq_start, s.seq_next, s.run_rows);
   s.run_start.clear();
   s.run_seq.clear();
-  for (int32_t q = 0; q < seqs; ++q) {
-    if (next[q + 1] > 0) s.run_start.push_back(next[q]);
-    next[q + 1] += next[q];
-  }
-  s.run_rows.resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) s.run_rows[next[slots[i].seq]++] = static_cast<int32_t>(i);
-  for (int64_t start : s.run_start) s.run_seq.push_back(s.run_rows[start]);  // a row of the run, for its cache
+  for (int32_t q = 0; q < seqs; ++q)
+    if (s.seq_start[q + 1] > s.seq_start[q]) {
+      s.run_start.push_back(s.seq_start[q]);
+      s.run_seq.push_back(s.run_rows[static_cast<size_t>(s.seq_start[q])]);  // a row of the run, for its cache
+    }
   const auto runs = static_cast<int64_t>(s.run_start.size());
   s.run_start.push_back(n);
   // Usually each sequence's rows are together already (the engine builds its batches so):

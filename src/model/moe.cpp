@@ -95,12 +95,7 @@ void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int64_t layer, cons
   for (int64_t c0 = 0; c0 < n; c0 += kMoeChunkTokens) {
     const int64_t c1 = std::min(n, c0 + kMoeChunkTokens), p0 = c0 * K;
     // Group the chunk's (token, slot) pairs by expert; each used expert runs once.
-    s.expert_start.assign(static_cast<size_t>(E) + 1, 0);
-    for (int64_t i = p0; i < c1 * K; ++i) ++s.expert_start[chosen[i] + 1];
-    for (int64_t e = 0; e < E; ++e) s.expert_start[e + 1] += s.expert_start[e];
-    s.pair_flat.resize(static_cast<size_t>((c1 - c0) * K));
-    s.expert_next.assign(s.expert_start.begin(), s.expert_start.end() - 1);
-    for (int64_t i = p0; i < c1 * K; ++i) s.pair_flat[s.expert_next[chosen[i]]++] = static_cast<int32_t>(i);
+    GroupByKey(p0, c1 * K, E, [&](int64_t i) { return chosen[i]; }, s.expert_start, s.expert_next, s.pair_flat);
     s.used.clear();
     for (int64_t e = 0; e < E; ++e)
       if (!by_expert(e).empty()) s.used.push_back(static_cast<int32_t>(e));

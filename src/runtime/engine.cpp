@@ -125,7 +125,6 @@ Result<KvDtype> ParseKvDtype(const std::string& s) {
 
 Result<std::unique_ptr<Engine>> Engine::Create(Model& model, const text::Tokenizer* tokenizer, EngineOptions options) {
   M2_ASSIGN_OR_RETURN(int64_t blocks, KvBudgetBlocks(model.config(), options));
-
   return std::unique_ptr<Engine>(new Engine(model, tokenizer, options, blocks));
 }
 
