@@ -16,6 +16,13 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags& f, bool serving) {
   cmd->add_option("--max-batch-tokens", f.max_batch_tokens,
                   "Most tokens per forward pass: decoding streams plus chunks of prompts being prefilled (default 512)");
   cmd->add_flag("--no-prefix-cache", f.no_prefix_cache, "Do not keep and share the KV blocks of earlier prompts");
+  cmd->add_option("--state-cache-memory", f.state_cache_memory,
+                  "Lightning models (MiniMax-Text-01 / M1): GiB kept for their recurrent states at block boundaries, "
+                  "which a later prompt with the same start resumes from (default 4; 0: no prefix cache for them)");
+  cmd->add_option("--checkpoint-interval", f.checkpoint_interval,
+                  "Lightning models: also keep the states every this many prompt tokens, so prompts that share only "
+                  "their start (a system prompt) find them (default 1024; a multiple of 16; 0: only at the end of "
+                  "each prompt and reply)");
   cmd->add_option("--spec", f.spec,
                   "Speculative decoding: lookup (draft the continuation of the latest earlier occurrence of the last "
                   "n-gram: fast when the output copies its context, as edits and tool results do), mtp (the model's "
@@ -38,6 +45,8 @@ Result<runtime::EngineOptions> ResolveEngineFlags(const EngineFlags& f, const Mo
   o.max_running = f.max_running;
   o.max_queue = f.max_queue;
   o.prefix_cache = !f.no_prefix_cache;
+  o.state_cache_gib = f.state_cache_memory;
+  o.checkpoint_interval = f.checkpoint_interval;
   M2_ASSIGN_OR_RETURN(o.spec.mode, runtime::ParseSpecMode(f.spec));
   o.spec.draft = f.draft;
   o.spec.ngram_max = f.spec_ngram;

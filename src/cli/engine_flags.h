@@ -21,6 +21,8 @@ struct EngineFlags {
   int64_t max_running = 64;
   int64_t max_queue = 1024;
   bool no_prefix_cache = false;
+  double state_cache_memory = 4.0;
+  int64_t checkpoint_interval = 1024;
   std::string spec = "off";
   int draft = 4;
   int spec_ngram = 3;

@@ -41,6 +41,7 @@ KvBlockPool::KvBlockPool(CacheLayout layout, int64_t max_blocks) : layout_(std::
   for (const auto& l : layout_.layers) {
     const int64_t half = l.kind == LayerCacheKind::kKeyValue ? layout_.block_tokens * l.kv_heads * l.head_dim : 0;
     has_recurrent_ |= l.kind == LayerCacheKind::kRecurrentState;
+    if (l.kind == LayerCacheKind::kRecurrentState) checkpoint_floats_ += l.state_floats;
     half_elems_.push_back(half);
     half_bytes_.push_back(half * eb);
     block_elems_ += 2 * half;
@@ -165,7 +166,14 @@ void KvBlockPool::Unregister(int32_t block) {
   const auto i = static_cast<size_t>(block);
   if (hash_of_[i] == 0) return;
   auto it = by_hash_.find(hash_of_[i]);
-  if (it != by_hash_.end() && it->second == block) by_hash_.erase(it);
+  if (it != by_hash_.end() && it->second == block) {
+    by_hash_.erase(it);
+    // Its checkpoint is of no use without it (a lookup stops at the missing block).
+    if (auto c = checkpoints_.find(hash_of_[i]); c != checkpoints_.end()) {
+      checkpoint_lru_.erase(c->second.lru);
+      checkpoints_.erase(c);
+    }
+  }
   hash_of_[i] = 0;
   tokens_of_[i].clear();
 }
@@ -188,6 +196,43 @@ void KvBlockPool::ClearPrefixCache() {
     free_.push_back(b);
   }
   lru_.clear();
+  checkpoints_.clear();
+  checkpoint_lru_.clear();
+}
+
+void KvBlockPool::set_max_checkpoints(int64_t n) {
+  M2_CHECK(n >= 0, "max_checkpoints {}", n);
+  max_checkpoints_ = has_recurrent_ ? n : 0;
+  while (static_cast<int64_t>(checkpoints_.size()) > max_checkpoints_) {
+    checkpoints_.erase(checkpoint_lru_.front());
+    checkpoint_lru_.pop_front();
+    ++checkpoints_evicted_;
+  }
+}
+
+void KvBlockPool::PutCheckpoint(uint64_t hash, std::vector<float> states) {
+  if (max_checkpoints_ == 0) return;
+  M2_CHECK(static_cast<int64_t>(states.size()) == checkpoint_floats_, "a checkpoint of {} floats, expected {}",
+           states.size(), checkpoint_floats_);
+  if (auto it = checkpoints_.find(hash); it != checkpoints_.end()) {
+    it->second.states = std::move(states);
+    checkpoint_lru_.splice(checkpoint_lru_.end(), checkpoint_lru_, it->second.lru);
+    return;
+  }
+  if (static_cast<int64_t>(checkpoints_.size()) >= max_checkpoints_) {
+    checkpoints_.erase(checkpoint_lru_.front());
+    checkpoint_lru_.pop_front();
+    ++checkpoints_evicted_;
+  }
+  checkpoint_lru_.push_back(hash);
+  checkpoints_.emplace(hash, Checkpoint{std::move(states), std::prev(checkpoint_lru_.end())});
+}
+
+const std::vector<float>* KvBlockPool::FindCheckpoint(uint64_t hash) {
+  auto it = checkpoints_.find(hash);
+  if (it == checkpoints_.end()) return nullptr;
+  checkpoint_lru_.splice(checkpoint_lru_.end(), checkpoint_lru_, it->second.lru);
+  return &it->second.states;
 }
 
 SequenceCache::SequenceCache(KvBlockPool* pool) : pool_(pool) {
@@ -352,6 +397,23 @@ Status SequenceCache::Unshare(int64_t from, int64_t to) {
     block = copy;
   }
   return Status::Ok();
+}
+
+void SequenceCache::CopyStatesTo(std::vector<float>* out) const {
+  out->clear();
+  out->reserve(static_cast<size_t>(pool_->checkpoint_floats()));
+  for (const auto& st : states_) out->insert(out->end(), st.begin(), st.end());
+}
+
+void SequenceCache::LoadStates(std::span<const float> states) {
+  M2_CHECK(static_cast<int64_t>(states.size()) == pool_->checkpoint_floats(), "{} state floats, expected {}",
+           states.size(), pool_->checkpoint_floats());
+  size_t at = 0;
+  for (auto& st : states_) {
+    std::copy(states.begin() + static_cast<std::ptrdiff_t>(at), states.begin() + static_cast<std::ptrdiff_t>(at + st.size()),
+              st.begin());
+    at += st.size();
+  }
 }
 
 SequenceCache SequenceCache::Fork() const {

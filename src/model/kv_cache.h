@@ -22,10 +22,14 @@
 // it copies it first, as for a shared block) and, when its last reference goes, it is
 // kept with its contents instead of freed: a later sequence whose tokens hash the same
 // takes it back (LookupPrefix) instead of recomputing it. Such unreferenced cached blocks
-// are evicted least recently used when Allocate needs room. Prefix sharing is off for a
-// layout with recurrent layers (their state at a block boundary would have to be
-// checkpointed with the block: the hook for the Lightning models is
-// prefix_cache_supported()).
+// are evicted least recently used when Allocate needs room.
+//
+// Recurrent layers (Lightning) have no per-position entries to share: a cached prefix is
+// only usable with their states at its end. The pool keeps such state checkpoints, each
+// keyed by the hash of the block it follows (all recurrent layers' states after the
+// tokens of that chain of blocks), up to max_checkpoints(), least recently used evicted;
+// a sequence adopts a cached prefix up to its deepest block that has one. Without room
+// for a checkpoint (max_checkpoints() == 0) prefix sharing is off for such a layout.
 #pragma once
 
 #include <cstdint>
@@ -105,7 +109,7 @@ class KvBlockPool {
 
   // --- Prefix cache.
   bool has_recurrent() const { return has_recurrent_; }  // some layer keeps a recurrent state
-  bool prefix_cache_supported() const { return !has_recurrent_; }
+  bool prefix_cache_supported() const { return !has_recurrent_ || max_checkpoints_ > 0; }
   // Registers a block every position of which holds the entries of `tokens` (block_tokens
   // ids) after a prefix hashing to `parent`; returns its hash. A block of the same
   // contents already registered wins (this one stays unregistered). No-op when
@@ -118,8 +122,25 @@ class KvBlockPool {
   // Hits and lookups of LookupPrefix so far.
   int64_t prefix_hits() const { return hits_; }
   int64_t prefix_lookups() const { return lookups_; }
-  // Drops every unreferenced cached block (they become free).
+  // Drops every unreferenced cached block (they become free) and every state checkpoint.
   void ClearPrefixCache();
+
+  // --- Recurrent-state checkpoints (layouts with recurrent layers).
+  // Floats of one checkpoint: every recurrent layer's state, in layer order.
+  int64_t checkpoint_floats() const { return checkpoint_floats_; }
+  int64_t checkpoint_bytes() const { return checkpoint_floats_ * static_cast<int64_t>(sizeof(float)); }
+  // How many checkpoints are kept at most (0: none, the default); lowering it evicts.
+  void set_max_checkpoints(int64_t n);
+  int64_t max_checkpoints() const { return max_checkpoints_; }
+  int64_t checkpoints() const { return static_cast<int64_t>(checkpoints_.size()); }
+  int64_t checkpoints_evicted() const { return checkpoints_evicted_; }
+  bool HasCheckpoint(uint64_t hash) const { return checkpoints_.count(hash) != 0; }
+  // Keeps `states` (checkpoint_floats() values) as the states after the block hashing to
+  // `hash`, evicting the least recently used checkpoint when full; replaces an existing
+  // one. No-op when max_checkpoints() is 0.
+  void PutCheckpoint(uint64_t hash, std::vector<float> states);
+  // The checkpoint for `hash` (now the most recently used), or null.
+  const std::vector<float>* FindCheckpoint(uint64_t hash);
 
  private:
   Status Grow(int64_t blocks);
@@ -145,6 +166,16 @@ class KvBlockPool {
   std::vector<std::list<int32_t>::iterator> lru_pos_;
   std::vector<uint8_t> in_lru_;
   int64_t hits_ = 0, lookups_ = 0;
+  // State checkpoints: hash -> states and place in their LRU list (front: oldest).
+  struct Checkpoint {
+    std::vector<float> states;
+    std::list<uint64_t>::iterator lru;
+  };
+  int64_t checkpoint_floats_ = 0;
+  int64_t max_checkpoints_ = 0;
+  int64_t checkpoints_evicted_ = 0;
+  std::unordered_map<uint64_t, Checkpoint> checkpoints_;
+  std::list<uint64_t> checkpoint_lru_;
 };
 
 class SequenceCache {
@@ -180,6 +211,11 @@ class SequenceCache {
   // Back to the saved states and length: positions from it on are forgotten (keys and
   // values too). An error when nothing is saved or the cache is now shorter than the save.
   Status RestoreSavedStates();
+  // Every recurrent layer's state, in layer order (KvBlockPool::checkpoint_floats()
+  // values), into *out / back from `states` (a checkpoint of the pool: the states at this
+  // cache's length, which must be a block boundary the checkpoint belongs to).
+  void CopyStatesTo(std::vector<float>* out) const;
+  void LoadStates(std::span<const float> states);
   // A new sequence sharing this one's cached positions (no copy until written).
   SequenceCache Fork() const;
   // For an empty cache: takes `blocks` (already retained for it, e.g. by LookupPrefix)

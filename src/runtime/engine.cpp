@@ -65,6 +65,13 @@ struct Engine::Seq {
   std::unique_ptr<SequenceCache> cache;  // null while waiting
   int64_t registered = 0;                // leading full blocks registered in the prefix cache
   uint64_t parent_hash = 0;              // hash of the last of them
+  // Lightning models: the states at the last block boundary reached while generating,
+  // and that block's hash (kept in the pool when the sequence ends).
+  std::vector<float> pending_states;
+  uint64_t pending_hash = 0;
+  // Lightning models: where the prompt parts from cached blocks deeper than the deepest
+  // checkpoint (a prefix other prompts had too, e.g. a system prompt): checkpointed as well.
+  int64_t branch_at = 0;
   std::unique_ptr<text::StreamDecoder> decoder;
   std::unique_ptr<StopStringFilter> stops;
   GenerationResult result;
@@ -83,6 +90,11 @@ Status EngineOptions::Validate() const {
   if (max_batch_tokens < 1) return Error("--max-batch-tokens must be >= 1, found {}", max_batch_tokens);
   if (max_running < 1) return Error("--max-running must be >= 1, found {}", max_running);
   if (max_queue < 0) return Error("--max-queue must be >= 0, found {}", max_queue);
+  if (!(state_cache_gib >= 0) || !std::isfinite(state_cache_gib))
+    return Error("--state-cache-memory must be a number of GiB >= 0, found {}", state_cache_gib);
+  if (checkpoint_interval < 0 || checkpoint_interval % block_tokens != 0)
+    return Error("--checkpoint-interval must be a multiple of the KV block size ({} tokens) and >= 0, found {}",
+                 block_tokens, checkpoint_interval);
   M2_RETURN_IF_ERROR(spec.Validate());
   return Status::Ok();
 }
@@ -125,7 +137,21 @@ Result<KvDtype> ParseKvDtype(const std::string& s) {
 
 Result<std::unique_ptr<Engine>> Engine::Create(Model& model, const text::Tokenizer* tokenizer, EngineOptions options) {
   M2_ASSIGN_OR_RETURN(int64_t blocks, KvBudgetBlocks(model.config(), options));
-  return std::unique_ptr<Engine>(new Engine(model, tokenizer, options, blocks));
+  auto e = std::unique_ptr<Engine>(new Engine(model, tokenizer, options, blocks));
+  KvBlockPool& pool = *e->pool_;
+  if (pool.has_recurrent() && options.state_cache_gib > 0) {
+    const double bytes = options.state_cache_gib * static_cast<double>(1LL << 30);
+    const auto n = static_cast<int64_t>(bytes / static_cast<double>(pool.checkpoint_bytes()));
+    if (n < 1)
+      return Error("--state-cache-memory {} GiB cannot hold one checkpoint of this model's Lightning states ({:.1f} MiB); "
+                   "give at least {:.3f} GiB, or 0 to turn the prefix cache off for it",
+                   options.state_cache_gib, static_cast<double>(pool.checkpoint_bytes()) / (1 << 20),
+                   static_cast<double>(pool.checkpoint_bytes()) / (1 << 30));
+    pool.set_max_checkpoints(n);
+    e->stats_.state_checkpoints_max = n;
+    e->shared_stats_ = e->stats_;
+  }
+  return e;
 }
 
 Engine::Engine(Model& model, const text::Tokenizer* tokenizer, EngineOptions options, int64_t blocks)
@@ -256,17 +282,20 @@ void Engine::Admit(Seq& s) {
     while (common < limit && session->ids_[static_cast<size_t>(common)] == s.ids[static_cast<size_t>(common)]) ++common;
     s.cache = std::move(session->cache_);
     session->ids_.clear();
-    if (Status st = s.cache->Truncate(common); !st.ok()) {
-      // A Lightning layer's state cannot roll back to where the conversations part:
-      // prefill this one from the start (the same output, without the reuse).
-      s.cache = std::make_unique<SequenceCache>(pool_.get());
-      common = 0;
+    if (s.cache->Truncate(common).ok()) {
+      reused = common;
+    } else {
+      // A Lightning layer's state cannot roll back to where the conversations part: let
+      // go of the cache (its full blocks stay in the prefix cache) and take the prefix
+      // cache's deepest checkpoint instead, below.
+      s.cache.reset();
     }
-    reused = common;
-  } else {
+  }
+  if (s.cache == nullptr) {
     s.cache = std::make_unique<SequenceCache>(pool_.get());
     if (options_.prefix_cache && pool_->prefix_cache_supported() && !s.mtp) {
       std::vector<int32_t> blocks;
+      std::vector<uint64_t> hashes;
       uint64_t h = 0;
       for (int64_t b = 0; (b + 1) * bt <= n; ++b) {
         std::span<const int32_t> toks(s.ids.data() + b * bt, static_cast<size_t>(bt));
@@ -274,13 +303,26 @@ void Engine::Admit(Seq& s) {
         const int32_t block = pool_->LookupPrefix(next, toks);
         if (block < 0) break;
         blocks.push_back(block);
+        hashes.push_back(next);
         h = next;
+      }
+      const std::vector<float>* states = nullptr;
+      if (pool_->has_recurrent()) {
+        // Only as deep as a checkpoint of the Lightning states, leaving an id to run.
+        size_t use = blocks.size();
+        while (use > 0 && (static_cast<int64_t>(use) * bt > n - 1 || !pool_->HasCheckpoint(hashes[use - 1]))) --use;
+        if (use < blocks.size()) s.branch_at = static_cast<int64_t>(blocks.size()) * bt;
+        for (size_t j = use; j < blocks.size(); ++j) pool_->Release(blocks[j]);
+        blocks.resize(use);
+        hashes.resize(use);
+        if (use > 0) states = pool_->FindCheckpoint(hashes[use - 1]);
       }
       if (!blocks.empty()) {
         reused = std::min<int64_t>(static_cast<int64_t>(blocks.size()) * bt, n - 1);
         s.cache->AdoptPrefix(blocks, reused, model_.config().num_hidden_layers);
+        if (states != nullptr) s.cache->LoadStates(*states);
         s.registered = static_cast<int64_t>(blocks.size());
-        s.parent_hash = h;
+        s.parent_hash = hashes.back();
       }
     }
   }
@@ -296,7 +338,9 @@ void Engine::Admit(Seq& s) {
 }
 
 void Engine::Preempt(Seq& s) {
+  PublishPendingCheckpoint(s);
   s.cache.reset();
+  s.branch_at = 0;
   s.draft.clear();
   s.hidden.clear();
   s.hidden_from = 0;
@@ -321,9 +365,48 @@ void Engine::RegisterFullBlocks(Seq& s) {
   }
 }
 
+void Engine::CheckpointStates(Seq& s) {
+  if (s.cache == nullptr || !s.cache->has_recurrent() || !checkpoints_on() || s.mtp) return;
+  const int64_t bt = options_.block_tokens, len = s.cache->length();
+  // The states belong to the chain of registered blocks ending at len.
+  if (len == 0 || len % bt != 0 || s.registered * bt != len) return;
+  const auto prompt = static_cast<int64_t>(s.prompt_len);
+  if (len > prompt) {  // generating: the latest boundary, kept when the sequence ends
+    s.pending_hash = s.parent_hash;
+    s.cache->CopyStatesTo(&s.pending_states);
+    return;
+  }
+  const int64_t every = options_.checkpoint_interval;
+  if ((every > 0 && len % every == 0) || len == prompt / bt * bt || len == s.branch_at) {
+    if (pool_->FindCheckpoint(s.parent_hash) != nullptr) return;  // (kept already: now the most recent)
+    std::vector<float> states;
+    s.cache->CopyStatesTo(&states);
+    pool_->PutCheckpoint(s.parent_hash, std::move(states));
+  }
+}
+
+void Engine::PublishPendingCheckpoint(Seq& s) {
+  if (s.pending_states.empty()) return;
+  pool_->PutCheckpoint(s.pending_hash, std::move(s.pending_states));
+  s.pending_states.clear();
+  s.pending_hash = 0;
+}
+
+int64_t Engine::CutAtCheckpoint(const Seq& s, int64_t n) const {
+  if (!s.cache->has_recurrent() || !checkpoints_on() || s.mtp) return n;
+  const int64_t bt = options_.block_tokens, from = s.cache->length(), every = options_.checkpoint_interval;
+  const int64_t last_full = static_cast<int64_t>(s.prompt_len) / bt * bt;
+  int64_t cut = from + n;
+  if (every > 0 && (from / every + 1) * every <= last_full) cut = std::min(cut, (from / every + 1) * every);
+  if (last_full > from) cut = std::min(cut, last_full);
+  if (s.branch_at > from) cut = std::min(cut, s.branch_at);
+  return cut - from;
+}
+
 void Engine::Finish(Seq& s, StopReason reason, Status error) {
   if (s.done) return;
   s.done = true;
+  if (error.ok()) PublishPendingCheckpoint(s);
   GenerationResult& r = s.result;
   auto emit = [&](const std::string& t) {
     if (t.empty()) return;
@@ -415,6 +498,7 @@ int32_t Engine::SampleRow(Seq& s, float* row, TokenLogprobs* lp) {
 
 void Engine::AfterForward(Seq& s, float* logits) {
   RegisterFullBlocks(s);
+  CheckpointStates(s);
   if (logits == nullptr) return;
   if (Status st = CheckFinite(s, logits, s.cache->length() - 1); !st.ok()) return Finish(s, StopReason::kError, st);
   const auto now = Clock::now();
@@ -594,7 +678,10 @@ void Engine::AfterVerify(Seq& s, float* logits) {
     EmitToken(s, spec_out_[i]);
   }
   if (!error.ok()) return Finish(s, StopReason::kError, error);
-  if (!s.done) RegisterFullBlocks(s);
+  if (!s.done) {
+    RegisterFullBlocks(s);
+    CheckpointStates(s);
+  }
 }
 
 int64_t Engine::FitTokens(const Seq& s, int64_t n, int64_t free_blocks) const {
@@ -666,7 +753,9 @@ bool Engine::Step() {
     if (s->cache == nullptr) continue;  // preempted in this loop
     Draft(*s);
     // A decoding sequence runs its last id and its drafts.
-    const int64_t wanted = s->remaining() + static_cast<int64_t>(s->draft.size());
+    // (a prompt chunk ends at the next checkpoint position of a Lightning model)
+    const int64_t wanted =
+        s->draft.empty() ? CutAtCheckpoint(*s, s->remaining()) : s->remaining() + static_cast<int64_t>(s->draft.size());
     int64_t n = 0;
     // A chunk shrinks to what the free blocks hold; when not even one token fits, the
     // most recently admitted sequence (possibly this one) is preempted.
@@ -713,7 +802,7 @@ bool Engine::Step() {
       waiting_.pop_front();
       continue;
     }
-    const int64_t n = FitTokens(s, std::min(s.remaining(), budget), pool_->available_blocks() - reserved);
+    const int64_t n = FitTokens(s, CutAtCheckpoint(s, std::min(s.remaining(), budget)), pool_->available_blocks() - reserved);
     if (n == 0) {
       // Not now: give back what Admit took (a session's cache stays with it).
       if (s.req.session != nullptr && s.cache != nullptr && s.req.session->cache_ == nullptr) {
@@ -814,6 +903,8 @@ void Engine::PublishStats() {
   stats_.kv_blocks_cached = pool_->blocks_cached();
   stats_.prefix_lookups = pool_->prefix_lookups();
   stats_.prefix_hits = pool_->prefix_hits();
+  stats_.state_checkpoints = pool_->checkpoints();
+  stats_.state_checkpoints_evicted = pool_->checkpoints_evicted();
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t refused = shared_stats_.requests_refused;
   shared_stats_ = stats_;

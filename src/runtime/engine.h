@@ -16,7 +16,8 @@
 //
 // Prefix cache (kv_cache.h): full blocks are registered under a hash of their tokens
 // chained with the previous blocks', stay cached after their sequence ends, and are
-// taken by any later request whose prompt starts with the same tokens. A KvSession keeps
+// taken by any later request whose prompt starts with the same tokens (for the Lightning
+// models, up to the deepest block whose recurrent states are checkpointed). A KvSession keeps
 // one conversation's cache between requests (token-exact reuse, the partial last block
 // included), for the CLI's generate and chat.
 //
@@ -61,6 +62,16 @@ struct EngineOptions {
   int64_t max_running = 64;        // sequences admitted at once
   int64_t max_queue = 1024;        // waiting requests; a Submit beyond is refused
   bool prefix_cache = true;
+  // The Lightning models' prefix cache (kv_cache.h): their recurrent states are kept at
+  // block boundaries, in at most this much memory (GiB; 0 turns prefix sharing off for
+  // them; a non-zero budget must hold one checkpoint). A sequence's states are kept at
+  // every checkpoint_interval prompt tokens (a multiple of block_tokens; 0: not),
+  // at the last full block of its prompt, where its prompt parts from cached blocks
+  // deeper than their deepest checkpoint, and at the last block boundary it reached
+  // while generating (kept when it ends: the next turn of a conversation extends it).
+  // Prompt chunks are cut to end at those positions.
+  double state_cache_gib = 4.0;
+  int64_t checkpoint_interval = 1024;
   // Speculative decoding for requests that do not choose (Request::spec unset).
   SpecOptions spec;
 
@@ -145,6 +156,8 @@ struct EngineStats {
   int64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_cached = 0;
   int64_t block_tokens = 0;
   int64_t prefix_lookups = 0, prefix_hits = 0;  // full blocks looked up / found in the cache
+  // Lightning models: recurrent-state checkpoints kept now / at most / evicted so far.
+  int64_t state_checkpoints = 0, state_checkpoints_max = 0, state_checkpoints_evicted = 0;
   int64_t prompt_tokens = 0, cached_prompt_tokens = 0, generated_tokens = 0;
   int64_t steps = 0, preemptions = 0, requests_finished = 0, requests_refused = 0;
 };
@@ -211,6 +224,13 @@ class Engine {
   const SpecOptions& SpecOf(const Seq& s) const;
   void EmitToken(Seq& s, int32_t token);
   void RegisterFullBlocks(Seq& s);
+  // Lightning models: keeps s's states when its cache ends at a checkpoint position (in
+  // the pool, or as s's pending checkpoint while generating).
+  void CheckpointStates(Seq& s);
+  void PublishPendingCheckpoint(Seq& s);
+  // n prompt tokens from s's cache length, cut to end at its next checkpoint position.
+  int64_t CutAtCheckpoint(const Seq& s, int64_t n) const;
+  bool checkpoints_on() const { return options_.prefix_cache && pool_->max_checkpoints() > 0; }
   // The most of its next n tokens a sequence can run with free_blocks more blocks.
   int64_t FitTokens(const Seq& s, int64_t n, int64_t free_blocks) const;
   void Loop();

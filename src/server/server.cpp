@@ -157,6 +157,8 @@ struct Server::Impl {
     gauge("m2_kv_blocks_cached", "KV cache blocks kept only for the prefix cache.", static_cast<double>(s.kv_blocks_cached));
     gauge("m2_prefix_cache_hit_rate", "Full prompt blocks found in the prefix cache / looked up.",
           s.prefix_lookups > 0 ? static_cast<double>(s.prefix_hits) / static_cast<double>(s.prefix_lookups) : 0.0);
+    gauge("m2_state_checkpoints", "Lightning models: recurrent-state checkpoints kept for the prefix cache.",
+          static_cast<double>(s.state_checkpoints));
     counter("m2_preemptions_total", "Sequences whose cache was taken back for others.", static_cast<double>(s.preemptions));
     return out;
   }

@@ -218,6 +218,59 @@ TEST(KvCacheTest, PrefixCacheKeepsRegisteredBlocksAndEvictsLeastRecentlyUsed) {
   (void)t2;
 }
 
+TEST(KvCacheTest, StateCheckpointsAreKeptLeastRecentlyUsedAndDroppedWithTheirBlock) {
+  // Two recurrent layers (3 + 2 floats) around a KV layer; blocks of 2 positions.
+  CacheLayout l;
+  l.block_tokens = 2;
+  l.layers = {{LayerCacheKind::kRecurrentState, 0, 0, 3}, {LayerCacheKind::kKeyValue, 1, 2, 0},
+              {LayerCacheKind::kRecurrentState, 0, 0, 2}};
+  KvBlockPool pool(l, /*max_blocks=*/3);
+  EXPECT_EQ(pool.checkpoint_floats(), 5);
+  EXPECT_FALSE(pool.prefix_cache_supported());  // no room for a checkpoint yet
+  pool.PutCheckpoint(1, {1, 2, 3, 4, 5});       // ignored
+  EXPECT_EQ(pool.checkpoints(), 0);
+  pool.set_max_checkpoints(2);
+  EXPECT_TRUE(pool.prefix_cache_supported());
+
+  SequenceCache a(&pool);
+  ASSERT_TRUE(a.Extend(2).ok());
+  for (int i = 0; i < 3; ++i) a.State(0)[i] = static_cast<float>(10 + i);
+  for (int i = 0; i < 2; ++i) a.State(2)[i] = static_cast<float>(20 + i);
+  std::vector<float> flat;
+  a.CopyStatesTo(&flat);
+  EXPECT_EQ(flat, (std::vector<float>{10, 11, 12, 20, 21}));
+  const std::vector<int32_t> t0 = {7, 8};
+  const uint64_t h0 = pool.Register(a.block_table()[0], 0, t0);
+  pool.PutCheckpoint(h0, flat);
+  pool.PutCheckpoint(111, {0, 0, 0, 0, 0});
+  ASSERT_NE(pool.FindCheckpoint(h0), nullptr);  // h0 is now the most recently used
+  pool.PutCheckpoint(222, {1, 1, 1, 1, 1});     // evicts 111
+  EXPECT_EQ(pool.checkpoints(), 2);
+  EXPECT_EQ(pool.checkpoints_evicted(), 1);
+  EXPECT_FALSE(pool.HasCheckpoint(111));
+  EXPECT_TRUE(pool.HasCheckpoint(h0));
+
+  // A sequence adopting the block loads the states it follows.
+  const int32_t got = pool.LookupPrefix(h0, t0);
+  ASSERT_GE(got, 0);
+  SequenceCache b(&pool);
+  b.AdoptPrefix(std::span<const int32_t>(&got, 1), 2, 3);
+  b.LoadStates(*pool.FindCheckpoint(h0));
+  EXPECT_EQ(b.State(0)[2], 12.0f);
+  EXPECT_EQ(b.State(2)[1], 21.0f);
+
+  // When the block is evicted its checkpoint goes with it.
+  a = SequenceCache(&pool);
+  b = SequenceCache(&pool);
+  EXPECT_EQ(pool.blocks_cached(), 1);
+  SequenceCache c(&pool);
+  ASSERT_TRUE(c.Extend(6).ok());  // all three blocks: the cached one is evicted
+  EXPECT_FALSE(pool.HasCheckpoint(h0));
+  EXPECT_TRUE(pool.HasCheckpoint(222));
+  pool.set_max_checkpoints(0);
+  EXPECT_EQ(pool.checkpoints(), 0);
+}
+
 TEST(KvCacheTest, Bf16PoolStoresHalfTheBytes) {
   CacheLayout l = Layout();
   l.kv_dtype = KvDtype::kBf16;

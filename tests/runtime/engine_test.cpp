@@ -393,7 +393,9 @@ Model& Hybrid() {
 }
 
 std::vector<int32_t> HybridSolo(const Request& r) {
-  auto e = Engine::Create(Hybrid(), nullptr, {});
+  EngineOptions o;
+  o.prefix_cache = false;
+  auto e = Engine::Create(Hybrid(), nullptr, o);
   EXPECT_TRUE(e.ok());
   auto out = (*e)->Generate(r);
   EXPECT_TRUE(out.ok()) << out.status().message();
@@ -483,6 +485,180 @@ TEST(Engine, HybridLookupSpeculationIsTokenIdenticalToPlainDecoding) {
   EXPECT_EQ((*e)->pool().blocks_in_use(), 0);
   std::printf("hybrid lookup speculation: %lld of %lld drafted tokens accepted\n", (long long)accepted,
               (long long)drafted);
+}
+
+// The Lightning models' prefix cache: states checkpointed at block boundaries.
+std::vector<int32_t> RandomIds(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> tok(3, 380);
+  std::vector<int32_t> p(n);
+  for (auto& t : p) t = tok(rng);
+  return p;
+}
+
+// Greedy tokens and each one's logprob (the model's own row: logits compared through it).
+struct Traced {
+  GenerationResult result;
+  std::vector<float> logprobs;
+};
+
+Traced RunTraced(Engine& e, Request r) {
+  Traced t;
+  r.top_logprobs = 0;
+  r.on_logprobs = [&t](const TokenLogprobs& lp) { t.logprobs.push_back(lp.logprob); };
+  auto out = e.Generate(std::move(r));
+  EXPECT_TRUE(out.ok()) << out.status().message();
+  if (out.ok()) t.result = *out;
+  return t;
+}
+
+EngineOptions HybridCacheOptions() {
+  EngineOptions o;
+  o.block_tokens = 8;
+  o.checkpoint_interval = 16;
+  return o;
+}
+
+void ExpectSameAsSolo(const Traced& got, const Request& r) {
+  EngineOptions o = HybridCacheOptions();
+  o.prefix_cache = false;
+  auto solo = Engine::Create(Hybrid(), nullptr, o);
+  ASSERT_TRUE(solo.ok());
+  const Traced want = RunTraced(**solo, r);
+  EXPECT_EQ(got.result.tokens, want.result.tokens);
+  ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
+  // The resumed states went through other chunk boundaries than the solo run's: the
+  // same values up to fp32 rounding.
+  for (size_t i = 0; i < want.logprobs.size(); ++i) EXPECT_NEAR(got.logprobs[i], want.logprobs[i], 1e-4) << "token " << i;
+}
+
+TEST(Engine, HybridPrefixCacheResumesFromAStateCheckpoint) {
+  // Two prompts sharing their first 40 ids (5 blocks of 8): the first keeps its states at
+  // 16 and 32 (the interval) and 40 (its last full block); the second resumes from 40.
+  auto e = Engine::Create(Hybrid(), nullptr, HybridCacheOptions());
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  const std::vector<int32_t> shared = RandomIds(40, 11);
+  std::vector<int32_t> pa = shared, pb = shared;
+  for (int32_t t : {4, 5, 6, 7, 8}) pa.push_back(t);
+  for (int32_t t : {9, 10, 11, 12, 13, 14, 15}) pb.push_back(t);
+  const Traced a = RunTraced(**e, MakeRequest(pa, 10, Greedy()));
+  EXPECT_EQ(a.result.stats.reused_tokens, 0);
+  EXPECT_GE((*e)->pool().checkpoints(), 3);
+  const Traced b = RunTraced(**e, MakeRequest(pb, 10, Greedy()));
+  EXPECT_EQ(b.result.stats.reused_tokens, 40);
+  ExpectSameAsSolo(b, MakeRequest(pb, 10, Greedy()));
+  // A prompt that departs at id 20 resumes from the interval checkpoint at 16.
+  std::vector<int32_t> pc(shared.begin(), shared.begin() + 20);
+  pc.push_back(1);
+  pc.push_back(2);
+  const Traced c = RunTraced(**e, MakeRequest(pc, 10, Greedy()));
+  EXPECT_EQ(c.result.stats.reused_tokens, 16);
+  ExpectSameAsSolo(c, MakeRequest(pc, 10, Greedy()));
+  // Prompts that part from the cached ones at 24 (no checkpoint there: the first resumes
+  // from 16) checkpoint that branch point, and the next such prompt resumes from it.
+  std::vector<int32_t> pd(shared.begin(), shared.begin() + 24), pe = pd;
+  for (int32_t t : {60, 61, 62, 63, 64, 65, 66, 67, 68}) pd.push_back(t);
+  for (int32_t t : {70, 71, 72}) pe.push_back(t);
+  const Traced d = RunTraced(**e, MakeRequest(pd, 4, Greedy()));
+  EXPECT_EQ(d.result.stats.reused_tokens, 16);
+  const Traced e2 = RunTraced(**e, MakeRequest(pe, 4, Greedy()));
+  EXPECT_EQ(e2.result.stats.reused_tokens, 24);
+  ExpectSameAsSolo(e2, MakeRequest(pe, 4, Greedy()));
+  // The same prompt again: resumes from its last checkpointed block, never past its last id.
+  const Traced b2 = RunTraced(**e, MakeRequest(pb, 10, Greedy()));
+  EXPECT_EQ(b2.result.stats.reused_tokens, 40);
+  EXPECT_EQ(b2.result.tokens, b.result.tokens);
+  EXPECT_EQ((*e)->pool().blocks_in_use(), 0);
+}
+
+TEST(Engine, HybridNextTurnResumesFromTheLastBlockOfTheReply) {
+  // A prompt of 21 ids and 20 generated: the cache reaches 40 while generating; those
+  // states are kept when the request ends, and the next turn (prompt + reply + more)
+  // starts there.
+  auto e = Engine::Create(Hybrid(), nullptr, HybridCacheOptions());
+  ASSERT_TRUE(e.ok());
+  const std::vector<int32_t> p = RandomIds(21, 12);
+  const Traced a = RunTraced(**e, MakeRequest(p, 20, Greedy()));
+  ASSERT_EQ(a.result.tokens.size(), 20u);
+  std::vector<int32_t> next = p;
+  next.insert(next.end(), a.result.tokens.begin(), a.result.tokens.end());
+  for (int32_t t : {30, 31, 32}) next.push_back(t);
+  const Traced b = RunTraced(**e, MakeRequest(next, 8, Greedy()));
+  EXPECT_EQ(b.result.stats.reused_tokens, 40);
+  ExpectSameAsSolo(b, MakeRequest(next, 8, Greedy()));
+}
+
+TEST(Engine, HybridSessionThatDivergesResumesFromACheckpoint) {
+  auto e = Engine::Create(Hybrid(), nullptr, HybridCacheOptions());
+  ASSERT_TRUE(e.ok());
+  KvSession session;
+  const std::vector<int32_t> p = RandomIds(37, 13);
+  Request first = MakeRequest(p, 6, Greedy());
+  first.session = &session;
+  ASSERT_TRUE((*e)->Generate(first).ok());
+  // Departs at id 35: the session's cache cannot roll back; the checkpoint at 32 (the
+  // interval) is taken instead of starting over.
+  std::vector<int32_t> q(p.begin(), p.begin() + 35);
+  q.push_back(77);
+  Request second = MakeRequest(q, 6, Greedy());
+  second.session = &session;
+  Traced b = RunTraced(**e, second);
+  EXPECT_EQ(b.result.stats.reused_tokens, 32);
+  ExpectSameAsSolo(b, MakeRequest(q, 6, Greedy()));
+}
+
+TEST(Engine, HybridPrefixCacheWithSpeculationIsTokenIdentical) {
+  // Lookup drafts on a repetitive prompt, run twice: the second run resumes from a
+  // checkpoint and verifies drafts; both equal plain decoding.
+  EngineOptions o = HybridCacheOptions();
+  o.spec.mode = SpecMode::kLookup;
+  o.spec.draft = 4;
+  auto e = Engine::Create(Hybrid(), nullptr, o);
+  ASSERT_TRUE(e.ok());
+  std::vector<int32_t> p;
+  for (int r = 0; r < 6; ++r)
+    for (int32_t t : {50, 51, 52, 53, 54, 55}) p.push_back(t + r % 2);
+  const Request req = MakeRequest(p, 40, Greedy());
+  const std::vector<int32_t> want = HybridSolo(req);
+  auto first = (*e)->Generate(req);
+  ASSERT_TRUE(first.ok());
+  auto second = (*e)->Generate(req);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(first->tokens, want);
+  EXPECT_EQ(second->tokens, want);
+  EXPECT_EQ(second->stats.reused_tokens, 32);
+  EXPECT_GT(second->stats.accepted_tokens, 0);
+  EXPECT_EQ((*e)->pool().blocks_in_use(), 0);
+}
+
+TEST(Engine, HybridStateCacheBudgetIsCheckedAndBounded) {
+  EngineOptions o = HybridCacheOptions();
+  o.state_cache_gib = 1e-9;  // about one byte: holds no checkpoint
+  auto bad = Engine::Create(Hybrid(), nullptr, o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--state-cache-memory"), std::string::npos) << bad.status().message();
+  o.checkpoint_interval = 12;  // not a multiple of the block
+  EXPECT_FALSE(Engine::Create(Hybrid(), nullptr, o).ok());
+  // Room for two checkpoints: many prompts keep at most two, evicting the oldest.
+  o = HybridCacheOptions();
+  auto probe = Engine::Create(Hybrid(), nullptr, o);
+  ASSERT_TRUE(probe.ok());
+  o.state_cache_gib = 2.5 * static_cast<double>((*probe)->pool().checkpoint_bytes()) / static_cast<double>(1LL << 30);
+  auto e = Engine::Create(Hybrid(), nullptr, o);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  EXPECT_EQ((*e)->pool().max_checkpoints(), 2);
+  for (uint32_t i = 0; i < 5; ++i) ASSERT_TRUE((*e)->Generate(MakeRequest(RandomIds(34, 100 + i), 3, Greedy())).ok());
+  EXPECT_EQ((*e)->pool().checkpoints(), 2);
+  EXPECT_GT((*e)->stats().state_checkpoints_evicted, 0);
+  // Off: the Lightning models share no prefix.
+  o.state_cache_gib = 0;
+  auto off = Engine::Create(Hybrid(), nullptr, o);
+  ASSERT_TRUE(off.ok());
+  const std::vector<int32_t> p = RandomIds(34, 5);
+  ASSERT_TRUE((*off)->Generate(MakeRequest(p, 3, Greedy())).ok());
+  auto again = (*off)->Generate(MakeRequest(p, 3, Greedy()));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->stats.reused_tokens, 0);
 }
 
 }  // namespace
