@@ -1,0 +1,453 @@
+#!/usr/bin/env bash
+# Compares m2 with llama.cpp on the same model, at the same number of bits, on this machine.
+#
+#   bash scripts/compare_llamacpp.sh            # everything: fetch, build, convert, benchmark
+#   bash scripts/compare_llamacpp.sh --help
+#
+# The model is the M2 bench slice (`m2 make-bench-model`: random FP8 weights with MiniMax-M2's
+# real per-layer sizes, 4 layers, 64 experts, top-8). llama.cpp is the copy vendored in the
+# llama-cpp-python sdist on PyPI (a fixed version, so the comparison can be repeated), built
+# for this CPU only. The slice is converted with llama.cpp's own converter, then quantized with
+# llama-quantize; m2 quantizes its copies with `m2 quantize`. Four pairs are timed, alternating
+# the two engines, for prefill of 512 tokens and decode at depth 0 and 2048, on 2 threads.
+#
+# Everything goes into a cache folder (default /tmp/llamacpp); a step whose output is already
+# there is skipped, so a second run only benchmarks. On a machine shared with other work, run
+# it under `nice -n 19`; both engines then see the same conditions, in alternation.
+set -Eeuo pipefail
+
+LLAMA_CPP_PYTHON_VERSION=0.3.36
+# sha256 of llama_cpp_python-0.3.36.tar.gz as downloaded from PyPI
+LLAMA_CPP_PYTHON_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+
+usage() {
+  cat <<EOF
+Usage: bash scripts/compare_llamacpp.sh [--prepare | --table RESULTS_DIR | --help]
+
+  --prepare            steps 1-4 only: build, convert and quantize, no benchmark
+  --table RESULTS_DIR  only print the table of an earlier (or interrupted) benchmark, from the
+                       JSON files it left in RESULTS_DIR (a folder under \$LLAMACPP_CACHE/results)
+
+Compares m2 and llama.cpp on the M2 bench slice, same bits, same machine. Steps (each skipped
+when its output exists):
+  1. download llama-cpp-python $LLAMA_CPP_PYTHON_VERSION's sdist from PyPI (pip download, sha256 checked),
+     unpack it and build its vendored llama.cpp (CPU, Release, GGML_NATIVE=ON):
+     llama-bench and llama-quantize only
+  2. build m2 if build/src/cli/m2 is missing; make the slice if it is missing
+  3. a Python venv with the converter's packages; convert the slice to a bf16 GGUF with
+     llama.cpp's convert_hf_to_gguf.py (the slice has no tokenizer: a stand-in is supplied)
+  4. llama-quantize: Q8_0 with a bf16 output matrix, Q8_0, Q4_0 and Q4_K_M with a Q8_0 output
+     matrix; m2 quantize: q8 and q4 with a q8 lm_head
+  5. benchmark ROUNDS rounds, the engines alternating, and print per pair the median, the
+     range (min..max) and m2 / llama.cpp for prefill 512, decode at depth 0 and at depth 2048
+
+Pairs (the output matrix / lm_head is stored the same way on both sides):
+  m2 FP8 (lm_head bf16)   vs  llama.cpp Q8_0, output bf16
+  m2 q8  (lm_head q8)     vs  llama.cpp Q8_0 (output Q8_0)
+  m2 q4  (lm_head q8)     vs  llama.cpp Q4_0, output Q8_0
+  m2 q4  (lm_head q8)     vs  llama.cpp Q4_K_M, output Q8_0
+
+Environment:
+  LLAMACPP_CACHE  cache folder                   (default /tmp/llamacpp)
+  M2_SLICE        the FP8 slice folder            (default /tmp/slice)
+  M2_BIN          the m2 binary                   (default build/src/cli/m2)
+  ROUNDS          benchmark rounds                (default 3)
+  THREADS         threads for both engines        (default 2)
+  KEEP_BF16       1: keep the 10 GB bf16 GGUF after quantizing (default: delete it)
+
+Disk: the slice 5.8 GiB, the bf16 GGUF 10 GB while quantizing, then about 24 GB of quantized
+copies. Time on 2 cores: the llama.cpp build 10-30 min, the conversion and quantizations
+10-20 min, one benchmark round 10-15 min.
+EOF
+}
+
+prepare_only=0
+table_only=""
+case "${1:-}" in
+  -h | --help) usage; exit 0 ;;
+  --prepare) prepare_only=1 ;;
+  --table) table_only=${2:?--table needs the results folder}; [ -d "$table_only" ] || { echo "compare_llamacpp.sh: no folder $table_only" >&2; exit 2; } ;;
+  "") ;;
+  *) echo "compare_llamacpp.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+esac
+
+cd "$(dirname "$0")/.."
+repo=$PWD
+cache=${LLAMACPP_CACHE:-/tmp/llamacpp}
+slice=${M2_SLICE:-/tmp/slice}
+m2=${M2_BIN:-$repo/build/src/cli/m2}
+rounds=${ROUNDS:-3}
+threads=${THREADS:-2}
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "compare_llamacpp.sh: ROUNDS must be a positive integer, found '$rounds'" >&2; exit 2; }
+[[ $threads =~ ^[1-9][0-9]*$ ]] || { echo "compare_llamacpp.sh: THREADS must be a positive integer, found '$threads'" >&2; exit 2; }
+
+# --- progress and errors --------------------------------------------------------------------
+step="start"
+phase() {
+  step=$1
+  echo "" >&2
+  echo "== $(date +%H:%M:%S) $step" >&2
+}
+note() { echo "   $*" >&2; }
+trap 'rc=$?; echo "compare_llamacpp.sh: error: step \"$step\" failed (exit $rc)" >&2; exit $rc' ERR
+
+# Runs a command with its output in $cache/logs/NAME.log; on failure shows the log's end.
+logged() {
+  local name=$1
+  shift
+  local log=$cache/logs/$name.log
+  note "running: $* (log: $log)"
+  if ! "$@" >"$log" 2>&1; then
+    echo "---- last lines of $log:" >&2
+    tail -n 25 "$log" >&2
+    return 1
+  fi
+}
+
+mkdir -p "$cache/src" "$cache/logs" "$cache/gguf"
+
+# --- the table ------------------------------------------------------------------------------
+print_table() {
+  python3 - "$1" "$cache" "$slice" <<'PY'
+import glob, json, os, statistics, sys
+
+results, cache, slice_dir = sys.argv[1], sys.argv[2], sys.argv[3]
+# A round counts when every one of its runs finished (an interrupted benchmark leaves some).
+names = ["m2-fp8", "m2-q8", "m2-q4", "llama-q8_0-outbf16", "llama-q8_0", "llama-q4_0-outq8", "llama-q4_k_m-outq8"]
+rounds = []
+for r in range(1, 1000):
+    found = [os.path.exists(f"{results}/{n}-{r}.json" if n.startswith("m2") else f"{results}/{n}-{r}.json.d0")
+             for n in names]
+    if not any(found):
+        break
+    if all(found):
+        rounds.append(r)
+if not rounds:
+    sys.exit(f"no complete benchmark round in {results}")
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+def m2_numbers(name):
+    """Per round: prefill 512, decode at depth 0, decode at depth 2048 (tokens/s)."""
+    out = {"prefill": [], "d0": [], "d2048": []}
+    for r in rounds:
+        j = load(f"{results}/m2-{name}-{r}.json")
+        out["prefill"] += [p["tokens_per_s"] for p in j["prefill"] if p["tokens"] == 512]
+        out["d0"] += [d["tokens_per_s"] for d in j["decode"] if d["context"] == 1]
+        out["d2048"] += [d["tokens_per_s"] for d in j["decode"] if d["context"] == 2049]
+    return out
+
+def llama_numbers(name):
+    out = {"prefill": [], "d0": [], "d2048": []}
+    for r in rounds:
+        rows = load(f"{results}/llama-{name}-{r}.json.d0")
+        path = f"{results}/llama-{name}-{r}.json.d2048"
+        rows += load(path) if os.path.exists(path) else []
+        for t in rows:
+            if t["n_prompt"] == 512 and t["n_gen"] == 0 and t.get("n_depth", 0) == 0:
+                out["prefill"].append(t["avg_ts"])
+            elif t["n_prompt"] == 0 and t["n_gen"] == 64 and t.get("n_depth", 0) == 0:
+                out["d0"].append(t["avg_ts"])
+            elif t["n_prompt"] == 0 and t["n_gen"] == 64 and t.get("n_depth", 0) == 2048:
+                out["d2048"].append(t["avg_ts"])
+    return out
+
+def size_gib(path):
+    files = [path] if os.path.isfile(path) else glob.glob(f"{path}/*.safetensors")
+    return sum(os.path.getsize(f) for f in files) / 2**30
+
+def cell(v):
+    if not v:
+        return f"{'n/a':>22}"
+    return f"{statistics.median(v):8.2f} [{min(v):.2f}..{max(v):.2f}]".rjust(22)
+
+first = load(f"{results}/llama-q8_0-{rounds[0]}.json.d0")[0]
+m2_first = load(f"{results}/m2-fp8-{rounds[0]}.json")
+print(f"llama.cpp build {first.get('build_commit')} ({first.get('backends')}), cpu_info: {first.get('cpu_info')}, "
+      f"flash_attn {first.get('flash_attn')}, K/V cache {first.get('type_k')}/{first.get('type_v')}")
+print(f"m2 kernels: {m2_first.get('kernels')}, K/V cache bf16; threads: m2 {m2_first.get('threads')}, "
+      f"llama.cpp {first.get('n_threads')}; {len(rounds)} complete round(s)")
+print("tokens/s: median [min..max] over the rounds; ratio = m2 median / llama.cpp median\n")
+
+pairs = [
+    ("m2 FP8, lm_head bf16", "fp8", slice_dir, "llama.cpp Q8_0, output bf16", "q8_0-outbf16"),
+    ("m2 q8, lm_head q8", "q8", f"{cache}/m2-q8-lmq8", "llama.cpp Q8_0, output Q8_0", "q8_0"),
+    ("m2 q4, lm_head q8", "q4", f"{cache}/m2-q4-lmq8", "llama.cpp Q4_0, output Q8_0", "q4_0-outq8"),
+    ("m2 q4, lm_head q8", "q4", f"{cache}/m2-q4-lmq8", "llama.cpp Q4_K_M, output Q8_0", "q4_k_m-outq8"),
+]
+rows = [("prefill 512", "prefill"), ("decode depth 0", "d0"), ("decode depth 2048", "d2048")]
+for m2_label, m2_name, m2_path, ll_label, ll_name in pairs:
+    a, b = m2_numbers(m2_name), llama_numbers(ll_name)
+    print(f"{m2_label} ({size_gib(m2_path):.2f} GiB)  vs  {ll_label} "
+          f"({size_gib(f'{cache}/gguf/slice-{ll_name}.gguf'):.2f} GiB)")
+    print(f"  {'':<18} {'m2':>22} {'llama.cpp':>22} {'m2/llama.cpp':>13}")
+    for label, key in rows:
+        ratio = (f"{statistics.median(a[key]) / statistics.median(b[key]):13.2f}"
+                 if a[key] and b[key] else f"{'n/a':>13}")
+        print(f"  {label:<18} {cell(a[key])} {cell(b[key])} {ratio}")
+    print()
+PY
+}
+
+if [ -n "$table_only" ]; then
+  print_table "$table_only"
+  exit 0
+fi
+
+# --- the machine ------------------------------------------------------------------------------
+phase "machine"
+cpu_model=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+cpu_flags=$(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2- | tr ' ' '\n' |
+  grep -E '^(avx|avx2|fma|f16c|avx512.*|avx_vnni.*|amx.*)$' | sort | tr '\n' ' ' || true)
+cpu_id=$(awk -F': ' '/^cpu family/ {f = $2} /^model\t/ {m = $2} /^stepping/ {s = $2; exit} END {print "family " f ", model " m ", stepping " s}' /proc/cpuinfo)
+echo "CPU: $cpu_model ($cpu_id), $(nproc) cores available; $threads threads used by both engines"
+echo "SIMD flags: ${cpu_flags:-none of avx/avx2/avx512/vnni}"
+
+# --- 1. llama.cpp: fetch and build ----------------------------------------------------------
+phase "fetch llama-cpp-python $LLAMA_CPP_PYTHON_VERSION sdist from PyPI"
+sdist=$cache/src/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz
+if [ -f "$sdist" ]; then
+  note "already there: $sdist"
+else
+  # pip fetches the sdist from PyPI; it also runs the package's build backend to read its
+  # metadata, which takes a minute or two. The sha256 below pins the exact file.
+  rm -rf "$cache/src/download"
+  logged pip-download python3 -m pip download --no-deps --no-binary :all: \
+    "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$cache/src/download"
+  mv "$cache/src/download/$(basename "$sdist")" "$sdist"
+fi
+echo "$LLAMA_CPP_PYTHON_SHA256  $sdist" | sha256sum -c --quiet - ||
+  { echo "the sha256 of $sdist is not the expected $LLAMA_CPP_PYTHON_SHA256" >&2; false; }
+note "sha256 $LLAMA_CPP_PYTHON_SHA256 (as expected)"
+unpacked=$cache/src/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION
+llama_src=$unpacked/vendor/llama.cpp
+if [ ! -f "$llama_src/CMakeLists.txt" ]; then
+  note "unpacking into $cache/src"
+  tar -xzf "$sdist" -C "$cache/src"
+fi
+[ -f "$llama_src/CMakeLists.txt" ] || { echo "no vendor/llama.cpp in $sdist" >&2; false; }
+# The sdist carries no git history; llama-cpp-python's CHANGELOG names the upstream commit.
+llama_commit=$(awk -v v="## [$LLAMA_CPP_PYTHON_VERSION]" '$0 == v {on = 1; next} /^## \[/ {on = 0}
+  on && match($0, /llama\.cpp@[0-9a-f]+/) {print substr($0, RSTART + 10, RLENGTH - 10); exit}' "$unpacked/CHANGELOG.md")
+llama_commit=${llama_commit:-unknown}
+echo "llama.cpp: vendored in llama-cpp-python $LLAMA_CPP_PYTHON_VERSION, upstream commit $llama_commit (from its CHANGELOG)"
+
+phase "build llama.cpp (CPU, Release, GGML_NATIVE=ON): llama-bench, llama-quantize"
+bin=$cache/build/bin
+if [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-quantize" ]; then
+  note "already built: $bin/llama-bench, $bin/llama-quantize"
+else
+  generator=()
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  logged llama-cmake cmake -S "$llama_src" -B "$cache/build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DLLAMA_OPENSSL=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+    -DLLAMA_BUILD_COMMIT="$llama_commit" -DLLAMA_BUILD_NUMBER=0
+  logged llama-build cmake --build "$cache/build" --target llama-bench llama-quantize -j "$(nproc)"
+fi
+"$bin/llama-bench" --help >"$cache/logs/llama-bench-help.txt" 2>&1 || true
+if grep -q -- '--n-depth' "$cache/logs/llama-bench-help.txt"; then
+  depth_flag=1
+else
+  depth_flag=0
+  echo "warning: this llama-bench has no -d/--n-depth: llama.cpp's decode at depth 2048 is not measured" >&2
+fi
+"$bin/llama-quantize" --help >"$cache/logs/llama-quantize-help.txt" 2>&1 || true
+grep -q -- '--output-tensor-type' "$cache/logs/llama-quantize-help.txt" || {
+  echo "this llama-quantize has no --output-tensor-type: the output matrix cannot be matched to m2's lm_head" >&2
+  false
+}
+
+# --- 2. m2 and the slice --------------------------------------------------------------------
+phase "m2 binary"
+if [ -x "$m2" ]; then
+  note "using $m2"
+else
+  logged m2-cmake cmake -S "$repo" -B "$repo/build" -G Ninja -DCMAKE_BUILD_TYPE=Release
+  logged m2-build ninja -C "$repo/build" m2
+  m2=$repo/build/src/cli/m2
+fi
+
+phase "M2 bench slice (random FP8 weights, real per-layer sizes)"
+if [ -f "$slice/model.safetensors" ] && [ -f "$slice/config.json" ]; then
+  note "already there: $slice"
+else
+  logged make-bench-model "$m2" make-bench-model -o "$slice"
+fi
+
+# --- 3. convert to GGUF with llama.cpp's converter ------------------------------------------
+phase "converter support for MiniMax-M2"
+if grep -rqs "MiniMaxM2ForCausalLM" "$llama_src/convert_hf_to_gguf.py" "$llama_src/conversion"; then
+  note "convert_hf_to_gguf.py knows MiniMaxM2ForCausalLM"
+else
+  echo "llama.cpp's convert_hf_to_gguf.py in this version does not know MiniMaxM2ForCausalLM" >&2
+  false
+fi
+
+phase "Python venv for the converter"
+venv=$cache/venv
+needed="import gguf, numpy, safetensors, torch, transformers"
+if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "$needed" 2>/dev/null; then
+  note "ready: $venv"
+else
+  # --system-site-packages: a torch or transformers already installed is reused (torch is big).
+  python3 -m venv --system-site-packages "$venv"
+  logged pip-gguf "$venv/bin/pip" install "$llama_src/gguf-py"
+  for module in numpy safetensors torch transformers; do
+    if ! "$venv/bin/python" -c "import $module" 2>/dev/null; then
+      logged "pip-$module" "$venv/bin/pip" install "$module"
+    fi
+  done
+  "$venv/bin/python" -c "$needed"
+fi
+"$venv/bin/python" -c 'import torch, transformers; print(f"   torch {torch.__version__}, transformers {transformers.__version__}")' >&2
+
+# All four GGUFs: name, llama-quantize type, output tensor type.
+ggufs=("q8_0-outbf16 Q8_0 bf16" "q8_0 Q8_0 q8_0" "q4_0-outq8 Q4_0 q8_0" "q4_k_m-outq8 Q4_K_M q8_0")
+all_quantized=1
+for g in "${ggufs[@]}"; do
+  read -r name _ _ <<<"$g"
+  [ -f "$cache/gguf/slice-$name.gguf" ] || all_quantized=0
+done
+
+phase "convert the slice to a bf16 GGUF (llama.cpp's convert_hf_to_gguf.py)"
+bf16=$cache/gguf/slice-bf16.gguf
+if [ $all_quantized = 1 ]; then
+  note "not needed: every quantized GGUF is already there"
+elif [ -f "$bf16" ]; then
+  note "already there: $bf16"
+else
+  # The converter reads a Hugging Face folder. The slice has the weights and config.json but
+  # no tokenizer, and the converter needs one; the project's m2-tiny tokenizer stands in. Its
+  # ids do not matter here: both benchmarks feed random token ids, never text.
+  hf=$cache/hf-slice
+  mkdir -p "$hf"
+  ln -sf "$slice/model.safetensors" "$hf/model.safetensors"
+  cp "$slice/config.json" "$hf/config.json"
+  cp "$repo/models/m2-tiny/tokenizer.json" "$repo/models/m2-tiny/tokenizer_config.json" "$hf/"
+  note "the slice has no tokenizer: $hf holds its weights (a link), its config.json and the"
+  note "m2-tiny tokenizer as a stand-in, labelled with MiniMax-M2's pre-tokenizer ('minimax-m2')"
+  # convert_hf_to_gguf.py refuses a tokenizer whose pre-tokenizer it does not recognize; this
+  # wrapper runs it unchanged except for that label.
+  cat >"$cache/convert_slice.py" <<'PY'
+# Runs llama.cpp's convert_hf_to_gguf.py, changing one thing: the vocabulary's pre-tokenizer
+# label. The stand-in tokenizer's pre-tokenizer hash is not in llama.cpp's table of known
+# tokenizers, and the converter refuses unknown ones; the benchmark feeds token ids, never
+# text, so we label it "minimax-m2" (what the real MiniMax-M2 tokenizer gets) and go on.
+# Usage: python convert_slice.py LLAMA_CPP_SOURCE_DIR [convert_hf_to_gguf.py arguments...]
+import runpy
+import sys
+from pathlib import Path
+
+source = Path(sys.argv.pop(1)).resolve()
+sys.path.insert(0, str(source))
+sys.path.insert(1, str(source / "gguf-py"))
+import conversion.base  # noqa: E402  (llama.cpp's converter package)
+
+
+def minimax_m2_pre_tokenizer(self, tokenizer):
+    print("convert_slice.py: stand-in tokenizer, pre-tokenizer labelled 'minimax-m2'")
+    return "minimax-m2"
+
+
+conversion.base.TextModel.get_vocab_base_pre = minimax_m2_pre_tokenizer
+sys.argv[0] = str(source / "convert_hf_to_gguf.py")
+runpy.run_path(sys.argv[0], run_name="__main__")
+PY
+  logged convert "$venv/bin/python" "$cache/convert_slice.py" "$llama_src" "$hf" \
+    --outtype bf16 --outfile "$bf16.part"
+  mv "$bf16.part" "$bf16"
+fi
+
+# --- 4. quantize on both sides --------------------------------------------------------------
+phase "llama-quantize: Q8_0 (output bf16), Q8_0, Q4_0 and Q4_K_M (output Q8_0)"
+for g in "${ggufs[@]}"; do
+  read -r name type out <<<"$g"
+  dst=$cache/gguf/slice-$name.gguf
+  if [ -f "$dst" ]; then
+    note "already there: $dst"
+    continue
+  fi
+  logged "quantize-$name" "$bin/llama-quantize" --output-tensor-type "$out" "$bf16" "$dst.part" "$type" "$threads"
+  mv "$dst.part" "$dst"
+done
+if [ -f "$bf16" ] && [ "${KEEP_BF16:-0}" != 1 ]; then
+  note "deleting $bf16 (every quantized GGUF is made; KEEP_BF16=1 keeps it)"
+  rm -f "$bf16"
+fi
+
+phase "m2 quantize: q8 and q4, lm_head q8"
+for type in q8 q4; do
+  dst=$cache/m2-$type-lmq8
+  if [ -f "$dst/model.safetensors" ] || ls "$dst"/*.safetensors >/dev/null 2>&1; then
+    note "already there: $dst"
+    continue
+  fi
+  rm -rf "$dst.part"
+  logged "m2-quantize-$type" "$m2" quantize -m "$slice" -o "$dst.part" --type "$type" --lm-head q8 -t "$threads"
+  mv "$dst.part" "$dst"
+done
+
+if [ $prepare_only = 1 ]; then
+  echo "prepared (--prepare): llama.cpp in $bin, GGUFs in $cache/gguf, m2 copies in $cache/m2-*" >&2
+  exit 0
+fi
+
+# --- 5. benchmark ---------------------------------------------------------------------------
+results=$cache/results/$(date +%Y%m%d-%H%M%S)
+mkdir -p "$results"
+phase "benchmark: $rounds rounds, $threads threads, results in $results"
+# m2: prefill of 512 tokens, best of 2 runs (the first warms up); decode 64 steps after a
+# cache of 0 and of 2048 tokens (m2's --context C decodes after C - 1 cached tokens).
+bench_m2() {
+  local label=$1 dir=$2 out=$3
+  note "m2 $label"
+  "$m2" bench -m "$dir" --json -t "$threads" --prefill 512 --context 1,2049 --decode-steps 64 \
+    --repeats 2 --no-scaling >"$out.part" 2>"$out.log" || { tail -n 20 "$out.log" >&2; return 1; }
+  mv "$out.part" "$out"  # only finished runs get their final name (see print_table)
+}
+# llama-bench: one warm-up run, then one timed run of each test (-r 1). Two calls, so that
+# the prompt is not also timed at depth 2048 (not compared here, and slow on 2 cores).
+bench_llama() {
+  local label=$1 file=$2 out=$3
+  note "llama.cpp $label"
+  if [ $depth_flag = 1 ]; then
+    "$bin/llama-bench" -m "$file" -t "$threads" -p 0 -n 64 -d 2048 -r 1 -o json >"$out.d2048.part" 2>"$out.log" ||
+      { tail -n 20 "$out.log" >&2; return 1; }
+    mv "$out.d2048.part" "$out.d2048"
+  fi
+  "$bin/llama-bench" -m "$file" -t "$threads" -p 512 -n 64 -r 1 -o json >"$out.d0.part" 2>>"$out.log" ||
+    { tail -n 20 "$out.log" >&2; return 1; }
+  mv "$out.d0.part" "$out.d0"  # the .d0 file marks a finished run (see print_table)
+}
+runs=(
+  "m2 fp8 $slice"
+  "llama q8_0-outbf16 $cache/gguf/slice-q8_0-outbf16.gguf"
+  "m2 q8 $cache/m2-q8-lmq8"
+  "llama q8_0 $cache/gguf/slice-q8_0.gguf"
+  "m2 q4 $cache/m2-q4-lmq8"
+  "llama q4_0-outq8 $cache/gguf/slice-q4_0-outq8.gguf"
+  "llama q4_k_m-outq8 $cache/gguf/slice-q4_k_m-outq8.gguf"
+)
+for round in $(seq "$rounds"); do
+  phase "benchmark round $round of $rounds"
+  order=("${runs[@]}")
+  if [ $((round % 2)) = 0 ]; then  # every other round in reverse, so neither engine always goes first
+    order=()
+    for ((i = ${#runs[@]} - 1; i >= 0; i--)); do order+=("${runs[i]}"); done
+  fi
+  for r in "${order[@]}"; do
+    read -r engine name path <<<"$r"
+    if [ "$engine" = m2 ]; then
+      bench_m2 "$name" "$path" "$results/m2-$name-$round.json"
+    else
+      bench_llama "$name" "$path" "$results/llama-$name-$round.json"
+    fi
+  done
+done
+
+phase "results"
+print_table "$results"
+echo "raw results: $results (bash scripts/compare_llamacpp.sh --table $results prints this table again)" >&2
