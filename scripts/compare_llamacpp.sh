@@ -55,9 +55,18 @@ Environment:
   THREADS         threads for both engines        (default 2)
   KEEP_BF16       1: keep the 10 GB bf16 GGUF after quantizing (default: delete it)
 
-Disk: the slice 5.8 GiB, the bf16 GGUF 10 GB while quantizing, then about 24 GB of quantized
-copies. Time on 2 cores: the llama.cpp build 10-30 min, the conversion and quantizations
-10-20 min, one benchmark round 10-15 min.
+What is timed (tokens/s; random token ids on both sides, the same lengths):
+  m2 bench      prefill: 512 tokens, best of 2 runs (the first is the warm-up)
+                decode: median of 64 single-token steps after 0 and after 2048 cached tokens
+                (--context 1,2049: m2 decodes after C - 1 cached tokens; the cache is filled
+                with synthetic keys and values)
+  llama-bench   -r 1: one warm-up run, then one timed run; prefill: pp512; decode: tg64
+                (64 tokens / their total time) at depth 0 and after a 2048-token prompt (-d 2048)
+  Both use THREADS threads and keep keys and values in 16 bits (m2 bf16, llama.cpp f16).
+
+Disk: the slice 5.8 GiB, the bf16 GGUF 9.4 GiB while quantizing, then 16.5 GiB of GGUFs and
+9.3 GiB of m2 copies. Time measured on 2 cores shared with a compile, at nice 19: the
+llama.cpp build 30 min, the conversion 10 min, the quantizations 25 min, one round 16 min.
 EOF
 }
 
@@ -188,6 +197,9 @@ for m2_label, m2_name, m2_path, ll_label, ll_name in pairs:
                  if a[key] and b[key] else f"{'n/a':>13}")
         print(f"  {label:<18} {cell(a[key])} {cell(b[key])} {ratio}")
     print()
+if os.path.exists(f"{results}/load.txt"):
+    print("machine load during the benchmark (1, 5, 15 min averages; above 0 means other work competed):")
+    print(open(f"{results}/load.txt").read().rstrip())
 PY
 }
 
@@ -204,6 +216,7 @@ cpu_flags=$(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2- | tr ' ' '\n' |
 cpu_id=$(awk -F': ' '/^cpu family/ {f = $2} /^model\t/ {m = $2} /^stepping/ {s = $2; exit} END {print "family " f ", model " m ", stepping " s}' /proc/cpuinfo)
 echo "CPU: $cpu_model ($cpu_id), $(nproc) cores available; $threads threads used by both engines"
 echo "SIMD flags: ${cpu_flags:-none of avx/avx2/avx512/vnni}"
+echo "load average (1, 5, 15 min): $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # --- 1. llama.cpp: fetch and build ----------------------------------------------------------
 phase "fetch llama-cpp-python $LLAMA_CPP_PYTHON_VERSION sdist from PyPI"
@@ -433,6 +446,10 @@ runs=(
 )
 for round in $(seq "$rounds"); do
   phase "benchmark round $round of $rounds"
+  # Other processes on the cores change the figures, llama.cpp's decode most here (its threads
+  # meet at a barrier after every operation, so one thread that loses its core holds up the
+  # token); the load is kept with the results and printed with the table.
+  echo "round $round: load average $(cut -d' ' -f1-3 /proc/loadavg) at $(date +%H:%M:%S)" | tee -a "$results/load.txt" >&2
   order=("${runs[@]}")
   if [ $((round % 2)) = 0 ]; then  # every other round in reverse, so neither engine always goes first
     order=()
@@ -448,6 +465,7 @@ for round in $(seq "$rounds"); do
   done
 done
 
+echo "after the last round: load average $(cut -d' ' -f1-3 /proc/loadavg) at $(date +%H:%M:%S)" >>"$results/load.txt"
 phase "results"
 print_table "$results"
 echo "raw results: $results (bash scripts/compare_llamacpp.sh --table $results prints this table again)" >&2
