@@ -203,11 +203,13 @@ void KvBlockPool::ClearPrefixCache() {
 void KvBlockPool::set_max_checkpoints(int64_t n) {
   M2_CHECK(n >= 0, "max_checkpoints {}", n);
   max_checkpoints_ = has_recurrent_ ? n : 0;
-  while (static_cast<int64_t>(checkpoints_.size()) > max_checkpoints_) {
-    checkpoints_.erase(checkpoint_lru_.front());
-    checkpoint_lru_.pop_front();
-    ++checkpoints_evicted_;
-  }
+  while (static_cast<int64_t>(checkpoints_.size()) > max_checkpoints_) EvictOldestCheckpoint();
+}
+
+void KvBlockPool::EvictOldestCheckpoint() {
+  checkpoints_.erase(checkpoint_lru_.front());
+  checkpoint_lru_.pop_front();
+  ++checkpoints_evicted_;
 }
 
 void KvBlockPool::PutCheckpoint(uint64_t hash, std::vector<float> states) {
@@ -219,11 +221,7 @@ void KvBlockPool::PutCheckpoint(uint64_t hash, std::vector<float> states) {
     checkpoint_lru_.splice(checkpoint_lru_.end(), checkpoint_lru_, it->second.lru);
     return;
   }
-  if (static_cast<int64_t>(checkpoints_.size()) >= max_checkpoints_) {
-    checkpoints_.erase(checkpoint_lru_.front());
-    checkpoint_lru_.pop_front();
-    ++checkpoints_evicted_;
-  }
+  if (static_cast<int64_t>(checkpoints_.size()) >= max_checkpoints_) EvictOldestCheckpoint();
   checkpoint_lru_.push_back(hash);
   checkpoints_.emplace(hash, Checkpoint{std::move(states), std::prev(checkpoint_lru_.end())});
 }

@@ -145,6 +145,7 @@ class KvBlockPool {
  private:
   Status Grow(int64_t blocks);
   void Unregister(int32_t block);
+  void EvictOldestCheckpoint();
 
   CacheLayout layout_;
   int64_t max_blocks_;

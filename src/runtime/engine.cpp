@@ -812,6 +812,7 @@ bool Engine::Step() {
       s.cache.reset();
       s.registered = 0;
       s.parent_hash = 0;
+      s.branch_at = 0;
       break;
     }
     const int64_t need = s.cache->BlocksToExtend(s.cache->length() + n);
