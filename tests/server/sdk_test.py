@@ -741,6 +741,11 @@ def test_client_disconnect_frees_the_sequence(server, oai, ant, api):
     it = iter(stream)
     for _ in range(3):
         next(it)
+    # The engine publishes its gauges at the end of a step, after handing that step's tokens to the
+    # streams: the first tokens can reach us before the gauge counts the sequence. Poll briefly.
+    deadline = time.monotonic() + 5 * SLOW
+    while server.metrics()["m2_running_sequences"] != 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert server.metrics()["m2_running_sequences"] == 1
     stream.close()  # closes the connection mid-stream
     t0 = time.monotonic()
