@@ -6,9 +6,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-30}
-CXX=${CXX_FUZZ:-clang++} cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_COMPILER="${CXX_FUZZ:-clang++}" -DM2_FUZZ=ON -DM2_SANITIZE=ON -DM2_BUILD_TESTS=OFF >/dev/null
-ninja -C build-fuzz fuzz_safetensors_header fuzz_model_config fuzz_server_request >/dev/null
+targets=(fuzz_safetensors_header fuzz_model_config fuzz_server_request)
+# The sanitizer build of scripts/test.sh --sanitize holds the targets when it was made with
+# clang (-O0: fewer runs per second than an optimized build, no second build). Otherwise an
+# optimized build of the targets alone in build-fuzz/.
+if grep -q "^M2_FUZZ:BOOL=ON" build-asan/CMakeCache.txt 2>/dev/null; then
+  bdir=build-asan
+else
+  bdir=build-fuzz
+  CXX=${CXX_FUZZ:-clang++} cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_COMPILER="${CXX_FUZZ:-clang++}" -DM2_FUZZ=ON -DM2_SANITIZE=ON -DM2_BUILD_TESTS=OFF >/dev/null
+fi
+echo "fuzz: targets from $bdir"
+ninja -C "$bdir" "${targets[@]}" >/dev/null
 mkdir -p build-fuzz/crashes build-fuzz/corpus/safetensors build-fuzz/corpus/config build-fuzz/corpus/request
 # Seeds: real headers (first 64 KiB of each golden file) and real configs.
 i=0
@@ -31,7 +41,7 @@ JSON
 run() {
   local target=$1 corpus=$2
   echo "fuzzing $target for ${secs}s"
-  ./build-fuzz/fuzz/$target -max_total_time="$secs" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
+  "./$bdir/fuzz/$target" -max_total_time="$secs" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
     -artifact_prefix=build-fuzz/crashes/ -print_final_stats=1 "$corpus" 2>&1 | grep -E "^(stat::number_of_executed_units|Done|==|SUMMARY)" || true
   if ls build-fuzz/crashes/ | grep -q .; then echo "fuzz: $target found a crash, see build-fuzz/crashes/"; exit 1; fi
 }

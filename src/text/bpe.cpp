@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <queue>
+#include <nlohmann/json.hpp>
 
 #include "base/check.h"
 #include "text/byte_level.h"

@@ -5,6 +5,7 @@
 #include <unicode/uchar.h>
 
 #include <vector>
+#include <nlohmann/json.hpp>
 
 #include "text/regex.h"
 #include "text/utf8.h"

@@ -1,6 +1,7 @@
 #include "text/pre_tokenizer.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 namespace m2::text {
 
