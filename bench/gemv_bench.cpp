@@ -4,6 +4,8 @@
 // thread next to the measured FMA peak.
 //
 //   ninja -C build gemv_bench && build/bench/gemv_bench [MiB per format, default 512]
+//   build/bench/gemv_bench --batch [MiB]   batched decode on all threads
+//   build/bench/gemv_bench --int8 [MiB]    q8 / q4: fp32 against int8 activations, all threads
 //
 // Each format gets its own set of matrices of the given total size (well above the
 // last-level cache), walked in order once per repetition like the layers of a decode step.
@@ -130,8 +132,70 @@ int BatchMode(int64_t total) {
   return 0;
 }
 
+// q8 / q4 with exact (fp32) against int8 activations (`gemv_bench --int8 [MiB]`), all
+// threads, expert-shaped matrices (1536 x 3072): decode batches of 1-8 tokens as GB/s of
+// weights read, prefill of 64 and 128 tokens as GFLOP/s, next to the parallel read and
+// the FMA peak measured here.
+int Int8Mode(int64_t total) {
+  m2::ThreadPool& pool = m2::ThreadPool::Global();
+  double best_read = 0;
+  {
+    std::vector<float> buf(static_cast<size_t>(total / 4), 1.0f);
+    for (int rep = 0; rep < 4; ++rep) {
+      const auto t0 = Clock::now();
+      std::vector<double> sums(static_cast<size_t>(pool.size()));
+      pool.ParallelFor(static_cast<int64_t>(buf.size()), 4096, [&](int64_t b, int64_t e, int th) {
+        sums[static_cast<size_t>(th)] += m2::ReadAll(buf.data() + b, e - b, rep % 2 == 1);
+      });
+      best_read = std::max(best_read, total / Seconds(t0));
+    }
+  }
+  double peak = 0;  // FmaBurst on every thread at once
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<double> flops(static_cast<size_t>(pool.size()));
+    const auto t0 = Clock::now();
+    pool.ParallelFor(pool.size(), 1, [&](int64_t b, int64_t e, int th) {
+      for (int64_t i = b; i < e; ++i) flops[static_cast<size_t>(th)] += m2::FmaBurst(20'000'000);
+    });
+    double sum = 0;
+    for (double f : flops) sum += f;
+    peak = std::max(peak, sum / Seconds(t0));
+  }
+  std::printf("%d threads, %s kernels; parallel read %.2f GB/s, fp32 FMA peak %.1f GFLOP/s\n", pool.size(),
+              m2::IsaName(m2::ActiveIsa()), best_read / 1e9, peak / 1e9);
+  std::printf("%-6s %-6s %6s %10s %8s %10s %8s\n", "format", "acts", "tokens", "GB/s", "of read", "GFLOP/s", "of peak");
+  const int64_t r = 1536, c = 3072;
+  for (auto f : {m2::WeightFormat::kQ8, m2::WeightFormat::kQ4}) {
+    Set s = Make(f, r, c, total);
+    for (int64_t n : {1, 2, 4, 8, 64, 128}) {
+      std::vector<float> xs(static_cast<size_t>(n * c)), ys(static_cast<size_t>(n * r));
+      for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.01f * static_cast<float>(i));
+      for (bool int8 : {false, true}) {
+        for (auto& w : s.mats) w.activations = int8 ? m2::ActivationMode::kInt8 : m2::ActivationMode::kExact;
+        // Prefill sizes walk fewer matrices: the time is compute, not memory.
+        const size_t mats = n > 8 ? std::min<size_t>(s.mats.size(), 48) : s.mats.size();
+        double best = 0;
+        for (int rep = 0; rep < 3; ++rep) {
+          int64_t bytes = 0;
+          const auto t0 = Clock::now();
+          for (size_t i = 0; i < mats; ++i) {
+            m2::LinearOnPool(s.mats[i], xs.data(), n, ys.data(), pool);
+            bytes += s.mats[i].bytes();
+          }
+          best = std::max(best, bytes / Seconds(t0));
+        }
+        const double flops = best / static_cast<double>(s.mats[0].bytes()) * 2.0 * static_cast<double>(r * c * n);
+        std::printf("%-6s %-6s %6lld %10.2f %7.0f%% %10.1f %7.0f%%\n", m2::WeightFormatName(f), int8 ? "int8" : "fp32",
+                    static_cast<long long>(n), best / 1e9, 100.0 * best / best_read, flops / 1e9, 100.0 * flops / peak);
+      }
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--batch") == 0) return BatchMode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
+  if (argc > 1 && std::strcmp(argv[1], "--int8") == 0) return Int8Mode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
   const int64_t mib = argc > 1 ? std::atoll(argv[1]) : 512;
   const int64_t total = mib << 20;
   const bool avx512 = m2::ActiveIsa() == m2::KernelIsa::kAvx512;

@@ -59,6 +59,7 @@ struct BenchOptions {
   std::string spec = "off";       // lookup: only the speculative-decoding comparison (bench_spec.h)
   int draft = 4;
   int spec_tokens = 200;
+  std::string activations = "exact";
   bool competing_load = false;    // only the 1-vs-N-threads test with competing processes
   int load_rounds = 5;
   int64_t load_prompt = 64;
@@ -274,13 +275,13 @@ int Run(const BenchOptions& o) {
     spec.mode = *mode;
     spec.draft = o.draft;
     if (Status st = spec.Validate(); !st.ok()) return Fail(st);
-    auto model = Model::Load(o.model, {.pool = &pool});
+    auto model = Model::Load(o.model, {.pool = &pool, .activations = ActivationsOf(o.activations)});
     if (!model.ok()) return Fail(model.status());
     return RunSpecBench(**model, o.model, spec, o.spec_tokens, o.json);
   }
   const int threads = pool.size();
   if (o.competing_load) {
-    auto model = Model::Load(o.model, {.pool = &pool});
+    auto model = Model::Load(o.model, {.pool = &pool, .activations = ActivationsOf(o.activations)});
     if (!model.ok()) return Fail(model.status());
     Prefault((*model)->store());
     return RunCompetingLoad(o, **model, pool);
@@ -295,7 +296,7 @@ int Run(const BenchOptions& o) {
   const double peak_before = MeasurePeakFlops(pool);
   { std::ofstream("/proc/self/clear_refs") << "5"; }  // restart the peak-RSS count
 
-  auto model = Model::Load(o.model, {.pool = &pool});
+  auto model = Model::Load(o.model, {.pool = &pool, .activations = ActivationsOf(o.activations)});
   if (!model.ok()) return Fail(model.status());
   Model& m = **model;
   const ModelConfig& c = m.config();
@@ -634,6 +635,7 @@ void AddBench(CLI::App& app, Runner& run) {
                   "Runs of each prefill (reported: the fastest, the median, mean and standard deviation)")
       ->check(CLI::Range(1, 100));
   AddThreadsFlag(cmd, o->threads);
+  AddActivationsFlag(cmd, o->activations);
   cmd->add_flag("--json", o->json, "Print machine-readable JSON");
   cmd->add_flag("!--no-scaling", o->scaling, "Skip the one-thread prefill used to measure thread scaling");
   cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache storage: bf16 (default) or f32");

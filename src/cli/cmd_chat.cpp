@@ -153,7 +153,7 @@ Status SaveHistory(const std::string& path, const runtime::ChatSession& session)
 }
 
 int Run(ChatOptions& o) {
-  auto model = Model::Load(o.model, {.threads = o.engine.threads});
+  auto model = Model::Load(o.model, {.threads = o.engine.threads, .activations = ActivationsOf(o.engine.activations)});
   if (!model.ok()) return Fail(model.status());
   if (Status st = CheckM2ChatFormat((*model)->config()); !st.ok()) return Fail(st);
   auto sampling = ResolveSampling(o.sampling, o.model, (*model)->config());

@@ -72,7 +72,7 @@ int Run(GenerateOptions& o) {
     if (!ids.ok()) return Fail(ids.status());
     prompt = std::move(*ids);
   }
-  auto model = Model::Load(o.model, {.threads = o.engine.threads});
+  auto model = Model::Load(o.model, {.threads = o.engine.threads, .activations = ActivationsOf(o.engine.activations)});
   if (!model.ok()) return Fail(model.status());
   if (o.chat) {
     if (Status st = CheckM2ChatFormat((*model)->config()); !st.ok()) return Fail(st);

@@ -19,12 +19,13 @@ struct LogitsOptions {
   std::string ids;
   std::string dump;
   int threads = 0;
+  std::string activations = "exact";
 };
 
 int Run(const LogitsOptions& o) {
   auto ids = ParseIdList(o.ids);
   if (!ids.ok()) return Fail(ids.status());
-  auto model = Model::Load(o.model, {.progress = false, .threads = o.threads});
+  auto model = Model::Load(o.model, {.progress = false, .threads = o.threads, .activations = ActivationsOf(o.activations)});
   if (!model.ok()) return Fail(model.status());
   Model& m = **model;
   KvBlockPool pool(m.cache_layout());
@@ -65,6 +66,7 @@ void AddLogits(CLI::App& app, Runner& run) {
   cmd->add_option("-m,--model", o->model, "Model folder (config.json + safetensors)")->required();
   cmd->add_option("--ids", o->ids, "Token ids, comma separated (e.g. 1,2,3)")->required();
   AddThreadsFlag(cmd, o->threads);
+  AddActivationsFlag(cmd, o->activations);
   cmd->add_option("--dump", o->dump, "Also write every named intermediate tensor to this .safetensors file");
   cmd->callback([o, &run] { run = [o] { return Run(*o); }; });
 }

@@ -28,6 +28,7 @@ struct PerplexityOptions {
   bool json = false;
   std::string kv_dtype = "f32", reference_kv_dtype = "f32";
   int threads = 0;
+  std::string activations = "exact", reference_activations = "exact";
 };
 
 int Run(const PerplexityOptions& o) {
@@ -39,11 +40,11 @@ int Run(const PerplexityOptions& o) {
   if (!text.ok()) return Fail(text.status());
   // One pool for both models: they run one after the other.
   ThreadPool pool(o.threads);
-  auto model = Model::Load(o.model, {.progress = !o.json, .pool = &pool});
+  auto model = Model::Load(o.model, {.progress = !o.json, .pool = &pool, .activations = ActivationsOf(o.activations, /*everywhere=*/true)});
   if (!model.ok()) return Fail(model.status());
   std::unique_ptr<Model> reference;
   if (!o.reference.empty()) {
-    auto ref = Model::Load(o.reference, {.progress = !o.json, .pool = &pool});
+    auto ref = Model::Load(o.reference, {.progress = !o.json, .pool = &pool, .activations = ActivationsOf(o.reference_activations, /*everywhere=*/true)});
     if (!ref.ok()) return Fail(Status(ref.status()).WithContext("--reference"));
     reference = std::move(*ref);
   }
@@ -79,12 +80,14 @@ int Run(const PerplexityOptions& o) {
                                 {"windows", r->windows},
                                 {"context", p.context},
                                 {"stride", p.stride},
+                                {"activations", o.activations},
                                 {"evaluated_tokens", r->evaluated_tokens},
                                 {"seconds", r->seconds},
                                 {"tokens_per_second", r->tokens_per_second()}};
     if (r->has_reference) {
       const auto& c = r->reference;
-      j["reference"] = {{"model", o.reference},        {"perplexity", c.perplexity}, {"mean_nll", c.mean_nll},
+      j["reference"] = {{"model", o.reference},        {"activations", o.reference_activations},
+                        {"perplexity", c.perplexity}, {"mean_nll", c.mean_nll},
                         {"mean_kl", c.mean_kl},         {"kl_p99", c.kl_p99},         {"max_kl", c.max_kl},
                         {"top1_agreement", c.top1_agreement}};
     }
@@ -98,7 +101,8 @@ int Run(const PerplexityOptions& o) {
                 r->tokens_per_second());
     if (r->has_reference) {
       const auto& c = r->reference;
-      std::printf("reference %s: perplexity %.4f (%+.3f%% for this model)\n", o.reference.c_str(), c.perplexity,
+      std::printf("reference %s (activations %s; this model: %s): perplexity %.4f (%+.3f%% for this model)\n",
+                  o.reference.c_str(), o.reference_activations.c_str(), o.activations.c_str(), c.perplexity,
                   100.0 * (r->perplexity / c.perplexity - 1.0));
       std::printf("KL(reference || model): mean %.6f nats, 99th percentile %.6f, max %.6f; same top token %.2f%%\n",
                   c.mean_kl, c.kl_p99, c.max_kl, 100.0 * c.top1_agreement);
@@ -117,6 +121,8 @@ void AddPerplexity(CLI::App& app, Runner& run) {
   cmd->add_option("--context", o->context, "Window length in tokens (default: min(1024, the model's context))")
       ->check(CLI::PositiveNumber);
   AddThreadsFlag(cmd, o->threads);
+  AddActivationsFlag(cmd, o->activations);
+  AddActivationsFlag(cmd, o->reference_activations, "--reference-activations");
   cmd->add_option("--stride", o->stride,
                   "Tokens between window starts; each window scores only tokens no earlier window scored "
                   "(default: context / 2; = context for disjoint windows)")

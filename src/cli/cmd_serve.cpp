@@ -37,7 +37,7 @@ int Run(const ServeFlags& f) {
   if (f.reasoning_format != "separate" && f.reasoning_format != "inline")
     return Fail(Error("--reasoning-format: expected separate or inline, found '{}'", f.reasoning_format));
   if (f.port < 0 || f.port > 65535) return Fail(Error("--port: expected 0-65535, found {}", f.port));
-  auto model = Model::Load(f.model, {.threads = f.engine.threads});
+  auto model = Model::Load(f.model, {.threads = f.engine.threads, .activations = ActivationsOf(f.engine.activations)});
   if (!model.ok()) return Fail(model.status());
   auto tok = text::Tokenizer::Load(f.model);
   if (!tok.ok()) return Fail(Status(tok.status()).WithContext("m2 serve needs the model's tokenizer.json"));

@@ -7,8 +7,19 @@ void AddThreadsFlag(CLI::App* cmd, int& threads) {
       ->check(CLI::Range(0, 1024));
 }
 
+void AddActivationsFlag(CLI::App* cmd, std::string& value, const std::string& name) {
+  cmd->add_option(name, value,
+                  "How q8 / q4 weights are multiplied: exact (default: fp32 activations) or int8 (activations "
+                  "quantized per 32 values, integer dot products: faster decoding, not exact; the README gives its "
+                  "cost). int8 applies to decode steps; prompts of more than 8 tokens are prefilled exactly, except "
+                  "by m2 perplexity, which uses int8 for every token so that its KL covers them all. Other weight "
+                  "formats are always exact")
+      ->check(CLI::IsMember({"exact", "int8"}));
+}
+
 void AddEngineFlags(CLI::App* cmd, EngineFlags& f, bool serving) {
   AddThreadsFlag(cmd, f.threads);
+  AddActivationsFlag(cmd, f.activations);
   cmd->add_option("--kv-memory", f.kv_memory,
                   "KV cache budget in GiB, taken once at start (default: one full context, at most 4 GiB)");
   cmd->add_option("--kv-tokens", f.kv_tokens, "KV cache budget in tokens (overrides --kv-memory)");

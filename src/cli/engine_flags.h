@@ -14,6 +14,7 @@ namespace m2::cli {
 
 struct EngineFlags {
   int threads = 0;  // -t: threads of the forward pass (0: one per available core)
+  std::string activations = "exact";  // --activations exact|int8
   double kv_memory = 0;
   int64_t kv_tokens = 0;
   std::string kv_dtype = "bf16";
@@ -31,6 +32,15 @@ struct EngineFlags {
 // -t/--threads N into `threads`: every command that runs the model has it (0, the default:
 // one thread per available core).
 void AddThreadsFlag(CLI::App* cmd, int& threads);
+
+// --activations exact|int8 (or another flag name) into `value`: how q8 / q4 weights are
+// multiplied (kernels/linear_int8.h). Every command that runs the model has it.
+void AddActivationsFlag(CLI::App* cmd, std::string& value, const std::string& name = "--activations");
+// The mode for --activations: int8 means int8 in decode steps (ActivationMode::kInt8Decode),
+// or in every product when `everywhere` (m2 perplexity: its KL then covers every token).
+inline ActivationMode ActivationsOf(const std::string& value, bool everywhere = false) {
+  return value != "int8" ? ActivationMode::kExact : everywhere ? ActivationMode::kInt8 : ActivationMode::kInt8Decode;
+}
 
 // `serving`: also the flags that only matter with many requests (running and queue limits).
 void AddEngineFlags(CLI::App* cmd, EngineFlags& f, bool serving = false);

@@ -8,6 +8,7 @@
 #include "base/dtype.h"
 #include "base/thread_pool.h"
 #include "kernels/dot.h"
+#include "kernels/linear_int8.h"
 
 namespace m2 {
 
@@ -126,9 +127,27 @@ void TransposeTokens(const float* x, int64_t n, int64_t K, float* xt, int64_t nt
 }  // namespace
 
 namespace {
-// pool == nullptr: everything on the calling thread.
-void LinearOn(const LinearWeight& w, const float* x, int64_t n, float* y, ThreadPool* pool_or_null) {
-  M2_CHECK(w.valid(), "Linear on an empty weight");
+// The int8-activation path (linear_int8.h): x quantized once by this thread, then the
+// rows spread over the pool. The portable ISA runs the reference kernel.
+void LinearInt8On(const LinearWeight& w, const float* x, int64_t n, float* y, ThreadPool* pool, KernelIsa isa) {
+  const int64_t G = w.cols / kQuantGroup;
+  thread_local std::vector<int8_t> q;
+  thread_local std::vector<float> dc;
+  if (q.size() < static_cast<size_t>(n * w.cols)) q.resize(static_cast<size_t>(n * w.cols));
+  if (dc.size() < static_cast<size_t>(2 * n * G)) dc.resize(static_cast<size_t>(2 * n * G));
+  if (isa != KernelIsa::kPortable) QuantizeActivationsInt8Avx2(x, n, w.cols, q.data(), dc.data(), dc.data() + n * G);
+  else QuantizeActivationsInt8(x, n, w.cols, q.data(), dc.data(), dc.data() + n * G);
+  const Int8Activations a{.q = q.data(), .d = dc.data(), .c = dc.data() + n * G, .n = n, .cols = w.cols};
+  const auto body = [&, a](int64_t r0, int64_t r1, int) {
+    const bool done = isa != KernelIsa::kPortable && LinearInt8RowsAvx2(w, a, y, r0, r1);
+    if (!done) LinearInt8RowsReference(w, a, y, r0, r1);
+  };
+  if (pool != nullptr) pool->ParallelFor(w.rows, 16, body);
+  else body(0, w.rows, 0);
+}
+
+// The fp32-activation kernels. pool == nullptr: everything on the calling thread.
+void LinearExactOn(const LinearWeight& w, const float* x, int64_t n, float* y, ThreadPool* pool_or_null) {
   const KernelIsa isa = ActiveIsa();
   const bool parallel = pool_or_null != nullptr && pool_or_null->size() > 1 && w.rows * w.cols * std::max<int64_t>(n, 1) >= (1 << 16);
   ThreadPool* pool = parallel ? pool_or_null : nullptr;
@@ -141,8 +160,8 @@ void LinearOn(const LinearWeight& w, const float* x, int64_t n, float* y, Thread
   // on AVX2 would otherwise do twice the FMAs of the lm_head and attention projections.
   const int64_t vw = isa == KernelIsa::kAvx512 ? 16 : 8;
   if (const int64_t rest = n % vw; n > vw && rest <= 4 && rest > 0 && isa != KernelIsa::kPortable) {
-    LinearOn(w, x, n - rest, y, pool_or_null);
-    LinearOn(w, x + (n - rest) * w.cols, rest, y + (n - rest) * w.rows, pool_or_null);
+    LinearExactOn(w, x, n - rest, y, pool_or_null);
+    LinearExactOn(w, x + (n - rest) * w.cols, rest, y + (n - rest) * w.rows, pool_or_null);
     return;
   }
   if (n > kMaxGemvTokens && isa != KernelIsa::kPortable && (w.format != WeightFormat::kFp8Block || (w.block_cols % 16 == 0 && (w.block_cols & (w.block_cols - 1)) == 0))) {
@@ -173,6 +192,19 @@ void LinearOn(const LinearWeight& w, const float* x, int64_t n, float* y, Thread
   };
   if (parallel) pool->ParallelFor(w.rows, 16, body);
   else body(0, w.rows, 0);
+}
+// pool == nullptr: everything on the calling thread. The activation mode is decided here,
+// on the whole product's token count (the exact path splits it into smaller ones).
+void LinearOn(const LinearWeight& w, const float* x, int64_t n, float* y, ThreadPool* pool_or_null) {
+  M2_CHECK(w.valid(), "Linear on an empty weight");
+  if (n > 0 && (w.activations == ActivationMode::kInt8 ||
+                (w.activations == ActivationMode::kInt8Decode && n <= kMaxGemvTokens))) {
+    M2_CHECK(w.format == WeightFormat::kQ8 || w.format == WeightFormat::kQ4,
+             "int8 activations are for q8 / q4 weights, not {}", WeightFormatName(w.format));
+    const bool par = pool_or_null != nullptr && pool_or_null->size() > 1 && w.rows * w.cols * n >= (1 << 16);
+    return LinearInt8On(w, x, n, y, par ? pool_or_null : nullptr, ActiveIsa());
+  }
+  LinearExactOn(w, x, n, y, pool_or_null);
 }
 }  // namespace
 

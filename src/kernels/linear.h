@@ -24,6 +24,12 @@ const char* WeightFormatName(WeightFormat f);
 // dimension, linear_simd.inc); more go to the GEMM.
 inline constexpr int64_t kMaxGemvTokens = 8;
 
+// How a kQ8 / kQ4 weight meets its activations (linear_int8.h). kInt8Decode: int8 for
+// products of up to kMaxGemvTokens tokens (decode steps, where it is faster: gemv_bench
+// --int8), fp32 for prefill (where the fp32 GEMM is faster, and exact). kInt8: int8 for
+// every token count (m2 perplexity, so that its KL covers every token).
+enum class ActivationMode : uint8_t { kExact, kInt8Decode, kInt8 };
+
 // Columns per scale in kQ8 / kQ4.
 inline constexpr int64_t kQuantGroup = 32;
 
@@ -43,6 +49,9 @@ struct LinearWeight {
   const void* data = nullptr;
   const void* scale = nullptr;
   int64_t block_rows = 128, block_cols = 128;
+  // kQ8 / kQ4 only: when to multiply with the activations quantized to int8 per 32
+  // columns (linear_int8.h) instead of in fp32. Set by the model on load when asked.
+  ActivationMode activations = ActivationMode::kExact;
 
   int64_t scale_cols() const {
     return format == WeightFormat::kFp8Block ? (cols + block_cols - 1) / block_cols : cols / kQuantGroup;

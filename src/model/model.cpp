@@ -35,6 +35,16 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& path, const LoadOp
     M2_ASSIGN_OR_RETURN(m->weights_, LoadModelWeights(m->cfg_, *m->store_,
                                                       [&](int64_t i, int64_t) { p.Update(static_cast<uint64_t>(i)); }));
   }
+  if (opts.activations != ActivationMode::kExact) {
+    int64_t quantized = 0;
+    ForEachLinear(m->weights_, [&](LinearWeight& w) {
+      if (w.format != WeightFormat::kQ8 && w.format != WeightFormat::kQ4) return;
+      w.activations = opts.activations;
+      ++quantized;
+    });
+    if (quantized == 0)
+      return Error("--activations int8 needs q8 or q4 weights (m2 quantize); this checkpoint has none");
+  }
   if (opts.pool != nullptr) {
     m->load_pool_ = opts.pool;
   } else {

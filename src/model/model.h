@@ -72,6 +72,10 @@ struct LoadOptions {
   // pool of its own with `threads` threads (0: one per available core).
   ThreadPool* pool = nullptr;
   int threads = 0;
+  // kInt8Decode / kInt8: multiply q8 / q4 weights with int8-quantized activations
+  // (kernels/linear_int8.h, ActivationMode in linear.h): faster, not exact. Other formats
+  // stay exact. An error on a model without q8 / q4 weights.
+  ActivationMode activations = ActivationMode::kExact;
 };
 
 class Model {

@@ -248,3 +248,28 @@ Result<ModelWeights> LoadModelWeights(const ModelConfig& cfg, const TensorStore&
 }
 
 }  // namespace m2
+
+namespace m2 {
+
+namespace {
+void ForEachLinearOfLayer(LayerWeights& l, const std::function<void(LinearWeight&)>& fn) {
+  for (LinearWeight* w : {&l.attn.q, &l.attn.k, &l.attn.v, &l.attn.o, &l.lightning.qkv, &l.lightning.gate,
+                          &l.lightning.out, &l.moe.gate})
+    if (w->valid()) fn(*w);
+  for (ExpertWeights& e : l.moe.experts)
+    for (LinearWeight* w : {&e.w1, &e.w3, &e.w2})
+      if (w->valid()) fn(*w);
+}
+}  // namespace
+
+void ForEachLinear(ModelWeights& w, const std::function<void(LinearWeight&)>& fn) {
+  for (LinearWeight* m : {&w.embed, &w.lm_head})
+    if (m->valid()) fn(*m);
+  for (LayerWeights& l : w.layers) ForEachLinearOfLayer(l, fn);
+  for (MtpWeights& m : w.mtp) {
+    if (m.eh_proj.valid()) fn(m.eh_proj);
+    ForEachLinearOfLayer(m.layer, fn);
+  }
+}
+
+}  // namespace m2

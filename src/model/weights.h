@@ -91,4 +91,7 @@ struct ModelWeights {
 Result<ModelWeights> LoadModelWeights(const ModelConfig& cfg, const TensorStore& store,
                                       const std::function<void(int64_t, int64_t)>& on_layer = {});
 
+// Calls fn on every matrix of the model (trunk, lm_head, embedding, MTP modules).
+void ForEachLinear(ModelWeights& w, const std::function<void(LinearWeight&)>& fn);
+
 }  // namespace m2

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -237,6 +239,176 @@ TEST(QuantizeTest, RoundTripWithinHalfAStep) {
             << WeightFormatName(f) << " row " << r << " col " << j;
       }
     }
+  }
+}
+
+}  // namespace
+}  // namespace m2
+
+#include "kernels/linear_int8.h"
+
+namespace m2 {
+namespace {
+
+struct Int8Input {
+  std::vector<int8_t> q;
+  std::vector<float> d, c;
+  Int8Activations a;
+};
+
+Int8Input QuantizeForInt8(const std::vector<float>& x, int64_t n, int64_t cols) {
+  Int8Input in;
+  in.q.resize(static_cast<size_t>(n * cols));
+  in.d.resize(static_cast<size_t>(n * cols / 32));
+  in.c.resize(in.d.size());
+  QuantizeActivationsInt8(x.data(), n, cols, in.q.data(), in.d.data(), in.c.data());
+  in.a = {.q = in.q.data(), .d = in.d.data(), .c = in.c.data(), .n = n, .cols = cols};
+  return in;
+}
+
+// Each value within half a step of its group's scale, the step max|x| / 127, the q4
+// correction as documented; an all-zero group is exact; a group with a NaN or an infinity
+// has a NaN scale.
+TEST(Int8ActivationsTest, QuantizedWithinHalfAStep) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t n = 3, cols = 128;
+  std::vector<float> x(n * cols);
+  for (auto& v : x) v = nd(rng);
+  x[40] = 50.0f;                                     // an outlier sets its group's step
+  for (int i = 64; i < 96; ++i) x[i] = 0.0f;         // token 0, group 2: all zero
+  x[cols + 5] = std::numeric_limits<float>::quiet_NaN();  // token 1, group 0
+  x[2 * cols + 100] = -std::numeric_limits<float>::infinity();  // token 2, group 3
+  const Int8Input in = QuantizeForInt8(x, n, cols);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t g = 0; g < cols / 32; ++g) {
+      const int64_t k = t * 4 + g;
+      if ((t == 1 && g == 0) || (t == 2 && g == 3)) {
+        EXPECT_TRUE(std::isnan(in.d[k]) && std::isnan(in.c[k])) << t << " " << g;
+        continue;
+      }
+      float amax = 0;
+      int sum = 0;
+      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[t * cols + g * 32 + i]));
+      EXPECT_FLOAT_EQ(in.d[k], amax / 127.0f);
+      for (int i = 0; i < 32; ++i) {
+        const int64_t j = t * cols + g * 32 + i;
+        ASSERT_LE(std::abs(in.q[j]), 127);
+        ASSERT_LE(std::fabs(in.q[j] * in.d[k] - x[j]), 0.5f * in.d[k] * 1.001f + 1e-30f) << j;
+        sum += in.q[j];
+      }
+      EXPECT_FLOAT_EQ(in.c[k], -8.0f * in.d[k] * static_cast<float>(sum));
+    }
+  EXPECT_EQ(in.d[2], 0.0f);
+  // The AVX2 quantizer gives the same bytes and scales (NaN where the scalar one has NaN).
+  if (Cpu().has_avx2()) {
+    std::vector<int8_t> q(in.q.size(), 99);
+    std::vector<float> d(in.d.size()), c(in.c.size());
+    QuantizeActivationsInt8Avx2(x.data(), n, cols, q.data(), d.data(), c.data());
+    EXPECT_EQ(q, in.q);
+    for (size_t k = 0; k < d.size(); ++k) {
+      EXPECT_TRUE(d[k] == in.d[k] || (std::isnan(d[k]) && std::isnan(in.d[k]))) << k;
+      EXPECT_TRUE(c[k] == in.c[k] || (std::isnan(c[k]) && std::isnan(in.c[k]))) << k;
+    }
+  }
+}
+
+// The AVX2 kernel against the portable one: the same integer dot per group, so only the
+// fp32 summation order differs. Every token count up to 9 (tiles of 4 and their rests),
+// odd row counts, and column counts whose groups are not a multiple of 8 (the q4
+// correction's rest).
+TEST(Int8ActivationsTest, Avx2MatchesTheReference) {
+  if (!Cpu().has_avx2()) GTEST_SKIP() << "this CPU has no AVX2";
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const Case& c : std::vector<Case>{{WeightFormat::kQ8, 37, 96},
+                                         {WeightFormat::kQ4, 37, 96},
+                                         {WeightFormat::kQ8, 19, 544},
+                                         {WeightFormat::kQ4, 40, 1056},
+                                         {WeightFormat::kQ4, 3, 256}}) {
+    const Weight m = Make(c, rng);
+    for (int64_t n : {1, 2, 3, 4, 5, 7, 9, 21}) {
+      std::vector<float> x(static_cast<size_t>(n * c.cols));
+      for (auto& v : x) v = nd(rng);
+      const Int8Input in = QuantizeForInt8(x, n, c.cols);
+      std::vector<float> ref(static_cast<size_t>(n * c.rows)), got(ref.size(), -1.0f);
+      ASSERT_TRUE(LinearInt8RowsReference(m.w, in.a, ref.data(), 0, c.rows));
+      // Two row ranges: a row's result must not depend on which rows share its pass.
+      ASSERT_TRUE(LinearInt8RowsAvx2(m.w, in.a, got.data(), 0, c.rows / 2 + 1));
+      ASSERT_TRUE(LinearInt8RowsAvx2(m.w, in.a, got.data(), c.rows / 2 + 1, c.rows));
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t r = 0; r < c.rows; ++r) {
+          double mag = 0;  // sum of |w x| as quantized: the scale of the rounding error
+          for (int64_t j = 0; j < c.cols; ++j)
+            mag += std::fabs(m.exact[r * c.cols + j] * in.q[t * c.cols + j] * in.d[t * c.cols / 32 + j / 32]);
+          const size_t k = static_cast<size_t>(t * c.rows + r);
+          ASSERT_NEAR(got[k], ref[k], 4e-6 * mag + 1e-6)
+              << WeightFormatName(c.format) << " " << c.rows << "x" << c.cols << " n=" << n << " t=" << t << " r=" << r;
+        }
+    }
+  }
+}
+
+// Linear() with the flag: within the bound the quantization allows of the exact product,
+// sum_j |w_j| * step_j / 2 (plus fp32 rounding), on every dispatched kernel and on the
+// pool; a NaN in the input comes out as NaN.
+TEST(Int8ActivationsTest, LinearWithTheFlagStaysWithinTheQuantizationBound) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const Case& c : std::vector<Case>{{WeightFormat::kQ8, 300, 512}, {WeightFormat::kQ4, 300, 512}}) {
+    Weight m = Make(c, rng);
+    m.w.activations = ActivationMode::kInt8;
+    for (int64_t n : {1, 3, 8, 40}) {
+      std::vector<float> x(static_cast<size_t>(n * c.cols));
+      for (auto& v : x) v = nd(rng);
+      std::vector<float> y(static_cast<size_t>(n * c.rows));
+      Linear(m.w, x.data(), n, y.data());
+      for (int64_t t = 0; t < n; ++t) {
+        std::vector<double> step(static_cast<size_t>(c.cols / 32));
+        for (int64_t g = 0; g < c.cols / 32; ++g) {
+          float amax = 0;
+          for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[t * c.cols + g * 32 + i]));
+          step[g] = amax / 127.0;
+        }
+        for (int64_t r = 0; r < c.rows; ++r) {
+          long double exact = 0, bound = 0, mag = 0;
+          for (int64_t j = 0; j < c.cols; ++j) {
+            const double wj = m.exact[r * c.cols + j], xj = x[t * c.cols + j];
+            exact += wj * xj;
+            bound += std::fabs(wj) * step[j / 32] / 2;
+            mag += std::fabs(wj * xj);
+          }
+          ASSERT_NEAR(y[t * c.rows + r], static_cast<double>(exact), static_cast<double>(bound + 1e-5 * mag))
+              << WeightFormatName(c.format) << " n=" << n << " t=" << t << " r=" << r;
+        }
+      }
+    }
+    std::vector<float> x(static_cast<size_t>(c.cols), 0.5f), y(static_cast<size_t>(c.rows));
+    x[33] = std::numeric_limits<float>::quiet_NaN();
+    Linear(m.w, x.data(), 1, y.data());
+    for (float v : y) ASSERT_TRUE(std::isnan(v));
+  }
+}
+
+// kInt8Decode: int8 up to kMaxGemvTokens tokens (bit-identical to kInt8 there: a token's
+// result does not depend on its batch), the exact fp32 kernels beyond.
+TEST(Int8ActivationsTest, DecodeModeIsInt8UpToTheGemvLimitOnly) {
+  std::mt19937 rng(17);
+  Weight m = Make({WeightFormat::kQ4, 64, 256}, rng);
+  for (int64_t n : {int64_t{1}, kMaxGemvTokens, kMaxGemvTokens + 1, int64_t{40}}) {
+    std::vector<float> x(static_cast<size_t>(n * 256));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.3f * static_cast<float>(i));
+    std::vector<float> exact(static_cast<size_t>(n * 64)), int8(exact.size()), decode(exact.size()), one(64);
+    m.w.activations = ActivationMode::kExact;
+    Linear(m.w, x.data(), n, exact.data());
+    m.w.activations = ActivationMode::kInt8;
+    Linear(m.w, x.data(), n, int8.data());
+    Linear(m.w, x.data() + (n - 1) * 256, 1, one.data());  // the last token alone
+    EXPECT_TRUE(std::equal(one.begin(), one.end(), int8.end() - 64)) << "n=" << n;
+    m.w.activations = ActivationMode::kInt8Decode;
+    Linear(m.w, x.data(), n, decode.data());
+    EXPECT_NE(exact, int8);
+    EXPECT_EQ(decode, n <= kMaxGemvTokens ? int8 : exact) << "n=" << n;
   }
 }
 

@@ -1,0 +1,72 @@
+// Portable part of the int8-activation path: quantizing activations and the reference
+// kernel the AVX2 one is tested against (linear_int8.h).
+#include "kernels/linear_int8.h"
+
+#include <cmath>
+#include <limits>
+
+#include "base/dtype.h"
+
+namespace m2 {
+
+void QuantizeActivationsInt8(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, float* c) {
+  const int64_t groups = cols / kQuantGroup;
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const float* xg = x + t * cols + g * kQuantGroup;
+      int8_t* qg = q + t * cols + g * kQuantGroup;
+      float amax = 0.0f;
+      bool finite = true;
+      for (int i = 0; i < kQuantGroup; ++i) {
+        finite = finite && std::isfinite(xg[i]);
+        amax = std::max(amax, std::fabs(xg[i]));
+      }
+      const int64_t k = t * groups + g;
+      if (!finite) {
+        for (int i = 0; i < kQuantGroup; ++i) qg[i] = 0;
+        d[k] = c[k] = std::numeric_limits<float>::quiet_NaN();
+        continue;
+      }
+      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      int sum = 0;
+      for (int i = 0; i < kQuantGroup; ++i) {
+        const int v = static_cast<int>(std::nearbyint(xg[i] * inv));  // |v| <= 127: x * inv <= 127 exactly rounded
+        qg[i] = static_cast<int8_t>(v);
+        sum += v;
+      }
+      d[k] = amax / 127.0f;
+      c[k] = -8.0f * d[k] * static_cast<float>(sum);
+    }
+  }
+}
+
+bool LinearInt8RowsReference(const LinearWeight& w, const Int8Activations& a, float* y, int64_t r0, int64_t r1) {
+  const bool q4 = w.format == WeightFormat::kQ4;
+  if (!q4 && w.format != WeightFormat::kQ8) return false;
+  const int64_t K = w.cols, G = K / kQuantGroup;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint16_t* s = static_cast<const uint16_t*>(w.scale) + r * G;
+    for (int64_t t = 0; t < a.n; ++t) {
+      const int8_t* xq = a.q + t * K;
+      float acc = 0.0f;
+      for (int64_t g = 0; g < G; ++g) {
+        int32_t dot = 0;
+        if (q4) {
+          const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * (K / 2) + g * 16;
+          for (int i = 0; i < 16; ++i) {
+            dot += ((p[i] & 0xf) - 8) * xq[g * kQuantGroup + i];
+            dot += ((p[i] >> 4) - 8) * xq[g * kQuantGroup + 16 + i];
+          }
+        } else {
+          const int8_t* p = static_cast<const int8_t*>(w.data) + r * K + g * kQuantGroup;
+          for (int i = 0; i < kQuantGroup; ++i) dot += p[i] * xq[g * kQuantGroup + i];
+        }
+        acc += static_cast<float>(dot) * (F16ToF32(s[g]) * a.d[t * G + g]);
+      }
+      y[t * w.rows + r] = acc;
+    }
+  }
+  return true;
+}
+
+}  // namespace m2

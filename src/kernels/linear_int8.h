@@ -1,0 +1,49 @@
+// The int8-activation path for q8 / q4 weights (`--activations int8`): each token's
+// activations are quantized per group of 32 columns (the weights' own group) to int8 with
+// one fp32 scale, and every group's product is an exact integer dot product, scaled once
+// by (weight scale x activation scale). On AVX2 that is vpmaddubsw + vpmaddwd: 32
+// multiply-adds in two instructions where the fp32 path first widens each weight to fp32.
+//
+// Quantization of a group x[0..32): d = max|x| / 127, q[i] = round-to-nearest-even(x[i] *
+// (127 / max|x|)), so q is in [-127, 127] (an all-zero group has d = 0 and q = 0). A group
+// holding a NaN or an infinity gets d = NaN, so its outputs are NaN (never a silently
+// finite result from bad input). The error per product is at most half a step of x's
+// group scale; `m2 perplexity --activations int8 --reference SAME_MODEL` measures it.
+//
+// Linear() takes this path for a q8 / q4 weight whose LinearWeight::activations says so
+// (ActivationMode in linear.h; the model sets it on load, LoadOptions::activations); every
+// other format, and the weights left at kExact, stay on the exact fp32-activation kernels.
+// The result for a token does not depend on the other tokens of the batch (per-token
+// quantization, exact integer dots, the same fp32 summation order for any tile).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/linear.h"
+
+namespace m2 {
+
+// Activations of n tokens quantized for the int8 path. Pointers into caller storage:
+//  q [n][cols] int8; d [n][cols/32] fp32 scales; c [n][cols/32] = -8 * d * sum(q of the
+//  group), the q4 kernels' correction for their unsigned nibbles (W = (u - 8) * s).
+struct Int8Activations {
+  const int8_t* q = nullptr;
+  const float* d = nullptr;
+  const float* c = nullptr;
+  int64_t n = 0, cols = 0;
+  int64_t groups() const { return cols / kQuantGroup; }
+};
+
+// Quantizes x [n][cols] (cols % 32 == 0) into q, d, c (sized as above).
+void QuantizeActivationsInt8(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, float* c);
+// The same with AVX2 (identical results; needs AVX2).
+void QuantizeActivationsInt8Avx2(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, float* c);
+
+// y[t][r] for rows [r0, r1) of a q8 / q4 weight and all n tokens of `a`. The portable
+// reference (integer dot per group, then fp32 sums in group order) and the AVX2 kernel
+// (also run on AVX-512 machines; it needs AVX2, FMA and F16C). Both return false for a
+// format they do not handle.
+bool LinearInt8RowsReference(const LinearWeight& w, const Int8Activations& a, float* y, int64_t r0, int64_t r1);
+bool LinearInt8RowsAvx2(const LinearWeight& w, const Int8Activations& a, float* y, int64_t r0, int64_t r1);
+
+}  // namespace m2
