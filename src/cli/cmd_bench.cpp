@@ -507,7 +507,7 @@ int Run(const BenchOptions& o) {
   }
   if (streams_rows.is_object() || (prefix.is_object() && prefix.contains("error"))) any_failed = true;
   nlohmann::json j = {{"model", o.model}, {"kernels", IsaName(ActiveIsa())}, {"cpu", Cpu().Describe()},
-                      {"threads", threads}, {"read_bandwidth_bytes_per_s", bandwidth}, {"peak_fp32_flops", peak},
+                      {"threads", threads}, {"activations", o.activations}, {"read_bandwidth_bytes_per_s", bandwidth}, {"peak_fp32_flops", peak},
                       {"prefill", prefill_rows}, {"decode", decode_rows}, {"weights_file_bytes", file_bytes},
                       {"kv_pool_bytes", kv_pool_bytes}, {"peak_rss_bytes", peak_rss},
                       {"peak_rss_over_weights_and_kv", peak_rss / (file_bytes + kv_pool_bytes) - 1.0},
@@ -520,8 +520,9 @@ int Run(const BenchOptions& o) {
     std::printf("%s\n", j.dump(2).c_str());
     return any_failed ? 1 : 0;
   }
-  std::printf("machine: %s kernels, %d threads; read bandwidth %.1f GB/s; fp32 FMA peak %.1f GFLOP/s\n",
-              IsaName(ActiveIsa()), threads, bandwidth / 1e9, peak / 1e9);
+  std::printf("machine: %s kernels, %d threads; read bandwidth %.1f GB/s; fp32 FMA peak %.1f GFLOP/s; "
+              "activations %s\n",
+              IsaName(ActiveIsa()), threads, bandwidth / 1e9, peak / 1e9, o.activations.c_str());
   std::printf("  (the higher of two measurements: before the timings %.1f GB/s, %.1f GFLOP/s; after %.1f GB/s, %.1f GFLOP/s)\n",
               bandwidth_before / 1e9, peak_before / 1e9, bandwidth_after / 1e9, peak_after / 1e9);
   const auto mean_sd = [](const nlohmann::json& st) {

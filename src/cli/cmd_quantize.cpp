@@ -134,7 +134,9 @@ int Run(const QuantizeOptions& o) {
       failure = Error("tensor '{}' is F8_E4M3 but '{}_scale_inv' is missing or misshapen", name, name);
       return;
     }
-    auto& [q, s] = made[name];
+    auto& slot = made[name];
+    auto& q = slot.first;  // named references, not a structured binding: clang 14 cannot capture those
+    auto& s = slot.second;
     const int64_t qrow = f == WeightFormat::kQ8 ? w.cols : w.cols / 2, groups = w.cols / kQuantGroup;
     q.resize(static_cast<size_t>(w.rows * qrow));
     s.resize(static_cast<size_t>(w.rows * groups * 2));

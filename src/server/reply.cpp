@@ -234,9 +234,12 @@ std::string ChatReply::Finish(const Status& error, const runtime::GenerationResu
         return out + AnthropicEvent("error", {{"type", "error"}, {"error", {{"type", "api_error"}, {"message", error.message()}}}});
       }
       out += CloseBlock();
+      // The whole usage, as Anthropic's API sends it here: message_start went out before
+      // the prefix cache was looked up, so its input_tokens counted the whole prompt; this
+      // one splits it into uncached and cache_read (the SDKs take the last value).
       out += AnthropicEvent("message_delta", {{"type", "message_delta"},
                                                {"delta", {{"stop_reason", stop}, {"stop_sequence", stop_seq}}},
-                                               {"usage", {{"output_tokens", completion_tokens_}}}});
+                                               {"usage", usage}});
       out += AnthropicEvent("message_stop", {{"type", "message_stop"}});
       return out;
     }

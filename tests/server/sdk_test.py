@@ -497,6 +497,12 @@ def test_anthropic_nonstream_and_stream(ant):
     assert final.usage.output_tokens == m.usage.output_tokens
     s_in = final.usage.input_tokens + (final.usage.cache_read_input_tokens or 0)
     assert s_in == total_in, "the streamed and the whole reply should count the same input tokens"
+    # message_start counts the whole prompt (sent before the cache lookup); the closing
+    # message_delta carries the split, which the SDK's final message takes.
+    assert events[0].message.usage.input_tokens == total_in
+    assert events[-2].usage.input_tokens == final.usage.input_tokens
+    assert events[-2].usage.cache_read_input_tokens == final.usage.cache_read_input_tokens
+    assert final.usage.cache_read_input_tokens > 0, "the same prompt again should reuse cached blocks"
 
 
 def test_anthropic_stop_reasons(ant):
