@@ -5,9 +5,9 @@
 #
 # The sanitizer build uses clang++ when it is installed (scripts/install_deps.sh installs it):
 # at -O0 it compiles this code about twice as fast as g++ with the sanitizers (cmd_bench.cpp:
-# 22 s against 34 s), and the same build then also holds the libFuzzer targets, with the
-# whole library instrumented for coverage, which scripts/fuzz.sh runs without a build of its
-# own. Without clang++ it is a g++ build without the fuzz targets. CXX_SANITIZE=g++ forces g++.
+# 22 s against 34 s), and the same build then also holds the libFuzzer targets, which
+# scripts/fuzz.sh runs without a build of its own. Without clang++ it is a g++ build without
+# the fuzz targets. CXX_SANITIZE=g++ forces g++.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=build
