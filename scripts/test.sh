@@ -4,7 +4,7 @@
 #   scripts/test.sh --sanitize   AddressSanitizer + UndefinedBehaviorSanitizer build in build-asan/
 #
 # The sanitizer build uses clang++ when it is installed (scripts/install_deps.sh installs it):
-# at -O0 it compiles this code about twice as fast as g++ with the sanitizers (cmd_bench.cpp:
+# at -O0 it compiles this code in about a third less time than g++ with the sanitizers (cmd_bench.cpp:
 # 22 s against 34 s), and the same build then also holds the libFuzzer targets, which
 # scripts/fuzz.sh runs without a build of its own. Without clang++ it is a g++ build without
 # the fuzz targets. CXX_SANITIZE=g++ forces g++.
