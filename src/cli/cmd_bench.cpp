@@ -30,6 +30,7 @@
 #include "cli/bench_serving.h"
 #include "cli/bench_util.h"
 #include "cli/engine_flags.h"
+#include "cli/parallel_flags.h"
 #include "runtime/engine.h"
 #include "cli/commands.h"
 #include "kernels/probe.h"
@@ -39,6 +40,26 @@
 namespace m2::cli {
 
 namespace {
+
+// --parallel: what each rank spent on the decode steps between two GatherRankStats (one
+// stream at context C: one token per step).
+nlohmann::json RankRows(const std::vector<RankStats>& a, const std::vector<RankStats>& b, int32_t context) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t r = 0; r < a.size() && r < b.size(); ++r) {
+    const double steps = static_cast<double>(b[r].forwards - a[r].forwards);
+    if (steps <= 0) continue;
+    const double step = (b[r].forward_seconds - a[r].forward_seconds) / steps;
+    const double comm = (b[r].comm.seconds - a[r].comm.seconds) / steps;
+    rows.push_back({{"rank", r}, {"context", context}, {"steps", steps}, {"weight_bytes", b[r].weight_bytes},
+                    {"resident_bytes", b[r].resident_bytes}, {"seconds_per_step", step},
+                    {"compute_seconds_per_step", step - comm}, {"communication_seconds_per_step", comm},
+                    {"collectives_per_step", static_cast<double>(b[r].comm.calls - a[r].comm.calls) / steps},
+                    {"bytes_sent_per_token", static_cast<double>(b[r].comm.bytes_sent - a[r].comm.bytes_sent) / steps},
+                    {"bytes_received_per_token",
+                     static_cast<double>(b[r].comm.bytes_received - a[r].comm.bytes_received) / steps}});
+  }
+  return rows;
+}
 
 struct BenchOptions {
   std::string model;
@@ -64,6 +85,7 @@ struct BenchOptions {
   int load_rounds = 5;
   int64_t load_prompt = 64;
   int load_decode = 128;
+  std::string parallel = "off";
 };
 
 // Statistics of one measurement over its repetitions, in tokens/s: the best and the
@@ -248,6 +270,10 @@ Result<std::vector<int32_t>> ParseCounts(const std::string& text, const char* fl
 }
 
 int Run(const BenchOptions& o) {
+  auto par = StartParallel(o.parallel, o.model,
+                           {.progress = false, .threads = o.threads, .activations = ActivationsOf(o.activations)});
+  if (!par.ok()) return Fail(par.status());
+  if (par->exit_code) return *par->exit_code;  // a rank > 0: it has followed rank 0
   auto prefill_lens = ParseCounts(o.prefill, "--prefill", "prompt lengths", "prompt length");
   if (!prefill_lens.ok()) return Fail(prefill_lens.status());
   auto contexts = ParseCounts(o.contexts, "--context", "decode context lengths", "decode context length");
@@ -267,7 +293,7 @@ int Run(const BenchOptions& o) {
     contexts->clear();
   }
   // The benchmark's threads: one pool, handed to the model (and to the ceilings' probes).
-  ThreadPool pool(o.threads);
+  ThreadPool pool(ThreadsFor(o.threads, *par));
   if (o.spec != "off") {
     runtime::SpecOptions spec;
     auto mode = runtime::ParseSpecMode(o.spec);
@@ -275,13 +301,13 @@ int Run(const BenchOptions& o) {
     spec.mode = *mode;
     spec.draft = o.draft;
     if (Status st = spec.Validate(); !st.ok()) return Fail(st);
-    auto model = Model::Load(o.model, {.pool = &pool, .activations = ActivationsOf(o.activations)});
+    auto model = LoadModel(o.model, {.pool = &pool, .activations = ActivationsOf(o.activations)}, *par);
     if (!model.ok()) return Fail(model.status());
     return RunSpecBench(**model, o.model, spec, o.spec_tokens, o.json);
   }
   const int threads = pool.size();
   if (o.competing_load) {
-    auto model = Model::Load(o.model, {.pool = &pool, .activations = ActivationsOf(o.activations)});
+    auto model = LoadModel(o.model, {.pool = &pool, .activations = ActivationsOf(o.activations)}, *par);
     if (!model.ok()) return Fail(model.status());
     Prefault((*model)->store());
     return RunCompetingLoad(o, **model, pool);
@@ -296,7 +322,7 @@ int Run(const BenchOptions& o) {
   const double peak_before = MeasurePeakFlops(pool);
   { std::ofstream("/proc/self/clear_refs") << "5"; }  // restart the peak-RSS count
 
-  auto model = Model::Load(o.model, {.pool = &pool, .activations = ActivationsOf(o.activations)});
+  auto model = LoadModel(o.model, {.pool = &pool, .activations = ActivationsOf(o.activations)}, *par);
   if (!model.ok()) return Fail(model.status());
   Model& m = **model;
   const ModelConfig& c = m.config();
@@ -353,6 +379,7 @@ int Run(const BenchOptions& o) {
   std::vector<std::vector<double>> decode_steps;  // per context: every timed step
   std::vector<std::string> decode_errors;
   std::vector<double> context_chunk_seconds;  // per context (0: not measured)
+  nlohmann::json rank_rows = nlohmann::json::array();  // --parallel: per rank, decode at the first context
   for (int32_t C : *contexts) {
     std::fprintf(stderr, "decode at context %d...\n", C);
     SequenceCache cache(&kv_pool);
@@ -375,8 +402,9 @@ int Run(const BenchOptions& o) {
         for (int64_t i = 0; i < c.lightning_state_floats(); ++i) state[i] = 0.01f * nd(rng);
         continue;
       }
+      const int64_t heads = cache.layout().layers[static_cast<size_t>(l)].kv_heads;  // this rank's (--parallel)
       for (int64_t p = 0; p + 1 < C; ++p)
-        for (int64_t g = 0; g < c.num_key_value_heads; ++g) {
+        for (int64_t g = 0; g < heads; ++g) {
           std::vector<float> k(static_cast<size_t>(c.head_dim)), v(k.size());
           for (int64_t i = 0; i < c.head_dim; ++i) k[i] = nd(rng), v[i] = nd(rng);
           StoreKv(k.data(), c.head_dim, *kv_dtype, cache.KRaw(l, p, g));
@@ -385,7 +413,9 @@ int Run(const BenchOptions& o) {
     }
     SequenceCache* cs[] = {&cache};
     std::vector<double> steps;
+    std::vector<RankStats> before;
     for (int s = 0; s <= o.decode_steps && st.ok(); ++s) {
+      if (s == 1 && m.ranks() > 1 && rank_rows.empty()) before = m.GatherRankStats();
       ForwardBatch b;
       b.Add(tok(rng), 0, true);
       logits.clear();
@@ -393,6 +423,7 @@ int Run(const BenchOptions& o) {
       st = m.Forward(b, cs, logits);
       if (st.ok() && s > 0) steps.push_back(Seconds(t0, Clock::now()));  // step 0 warms up
     }
+    if (st.ok() && !before.empty()) rank_rows = RankRows(before, m.GatherRankStats(), C);
     // Prefill at this context: a chunk of new prompt tokens appended to it (what a
     // long conversation's next turn costs), logits for its last token.
     double chunk_seconds = 0;
@@ -515,6 +546,7 @@ int Run(const BenchOptions& o) {
                       {"batched_decode", streams_rows}, {"prefix_cache", prefix}, {"sampling", sampling},
                       {"ceilings_measured", {{"before", {{"read_bandwidth_bytes_per_s", bandwidth_before}, {"peak_fp32_flops", peak_before}}},
                                              {"after", {{"read_bandwidth_bytes_per_s", bandwidth_after}, {"peak_fp32_flops", peak_after}}}}}};
+  if (m.ranks() > 1) j["ranks"] = rank_rows;
   j["failed"] = any_failed;
   if (o.json) {
     std::printf("%s\n", j.dump(2).c_str());
@@ -556,6 +588,18 @@ int Run(const BenchOptions& o) {
                 fmt::format("{} ({})", mean_sd(st), st["repetitions"].get<int>()).c_str(),
                 r["weight_bytes_per_token"].get<double>() / 1e6, (r["kv_bytes_per_token"].get<double>() + r["state_bytes_per_token"].get<double>()) / 1e6,
                 100 * r["bandwidth_utilization"].get<double>());
+  }
+  if (!rank_rows.empty()) {
+    std::printf("\nsplit over %d ranks (--parallel), decode at context %lld, per rank and step (1 token):\n"
+                "%-5s %12s %12s %10s %12s %10s %12s %12s %12s\n",
+                m.ranks(), (long long)rank_rows[0]["context"].get<int32_t>(), "rank", "weights GiB", "RSS GiB",
+                "step ms", "compute ms", "comm ms", "collectives", "KB sent", "KB received");
+    for (const auto& r : rank_rows)
+      std::printf("%-5d %12.3f %12.3f %10.3f %12.3f %10.3f %12.0f %12.1f %12.1f\n", r["rank"].get<int>(),
+                  r["weight_bytes"].get<double>() / double(1ull << 30), r["resident_bytes"].get<double>() / double(1ull << 30),
+                  1e3 * r["seconds_per_step"].get<double>(), 1e3 * r["compute_seconds_per_step"].get<double>(),
+                  1e3 * r["communication_seconds_per_step"].get<double>(), r["collectives_per_step"].get<double>(),
+                  r["bytes_sent_per_token"].get<double>() / 1e3, r["bytes_received_per_token"].get<double>() / 1e3);
   }
   bool chunk_header = false;
   for (const auto& r : decode_rows) {
@@ -637,6 +681,7 @@ void AddBench(CLI::App& app, Runner& run) {
       ->check(CLI::Range(1, 100));
   AddThreadsFlag(cmd, o->threads);
   AddActivationsFlag(cmd, o->activations);
+  AddParallelFlag(cmd, o->parallel);
   cmd->add_flag("--json", o->json, "Print machine-readable JSON");
   cmd->add_flag("!--no-scaling", o->scaling, "Skip the one-thread prefill used to measure thread scaling");
   cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache storage: bf16 (default) or f32");

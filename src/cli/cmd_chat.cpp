@@ -21,6 +21,7 @@
 #include "chat/chat_template.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/parallel_flags.h"
 #include "cli/sampling_flags.h"
 #include "cli/shell_tools.h"
 #include "model/model.h"
@@ -153,7 +154,11 @@ Status SaveHistory(const std::string& path, const runtime::ChatSession& session)
 }
 
 int Run(ChatOptions& o) {
-  auto model = Model::Load(o.model, {.threads = o.engine.threads, .activations = ActivationsOf(o.engine.activations)});
+  const LoadOptions load{.threads = o.engine.threads, .activations = ActivationsOf(o.engine.activations)};
+  auto par = StartParallel(o.engine.parallel, o.model, load);
+  if (!par.ok()) return Fail(par.status());
+  if (par->exit_code) return *par->exit_code;  // a rank > 0: it has followed rank 0
+  auto model = LoadModel(o.model, load, *par);
   if (!model.ok()) return Fail(model.status());
   if (Status st = CheckM2ChatFormat((*model)->config()); !st.ok()) return Fail(st);
   auto sampling = ResolveSampling(o.sampling, o.model, (*model)->config());

@@ -13,6 +13,7 @@
 #include "chat/chat_template.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/parallel_flags.h"
 #include "cli/sampling_flags.h"
 #include "model/model.h"
 #include "runtime/generator.h"
@@ -57,6 +58,10 @@ Result<std::unique_ptr<text::Tokenizer>> LoadTokenizer(const std::string& dir, c
 }
 
 int Run(GenerateOptions& o) {
+  const LoadOptions load{.threads = o.engine.threads, .activations = ActivationsOf(o.engine.activations)};
+  auto par = StartParallel(o.engine.parallel, o.model, load);
+  if (!par.ok()) return Fail(par.status());
+  if (par->exit_code) return *par->exit_code;  // a rank > 0: it has followed rank 0
   const int sources = static_cast<int>(o.prompt_opt->count() > 0) + static_cast<int>(o.file_opt->count() > 0) +
                       static_cast<int>(o.ids_opt->count() > 0);
   if (sources != 1)
@@ -72,7 +77,7 @@ int Run(GenerateOptions& o) {
     if (!ids.ok()) return Fail(ids.status());
     prompt = std::move(*ids);
   }
-  auto model = Model::Load(o.model, {.threads = o.engine.threads, .activations = ActivationsOf(o.engine.activations)});
+  auto model = LoadModel(o.model, load, *par);
   if (!model.ok()) return Fail(model.status());
   if (o.chat) {
     if (Status st = CheckM2ChatFormat((*model)->config()); !st.ok()) return Fail(st);

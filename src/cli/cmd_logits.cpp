@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/parallel_flags.h"
 #include "io/safetensors.h"
 #include "model/model.h"
 
@@ -20,12 +21,17 @@ struct LogitsOptions {
   std::string dump;
   int threads = 0;
   std::string activations = "exact";
+  std::string parallel = "off";
 };
 
 int Run(const LogitsOptions& o) {
   auto ids = ParseIdList(o.ids);
   if (!ids.ok()) return Fail(ids.status());
-  auto model = Model::Load(o.model, {.progress = false, .threads = o.threads, .activations = ActivationsOf(o.activations)});
+  const LoadOptions load{.progress = false, .threads = o.threads, .activations = ActivationsOf(o.activations)};
+  auto par = StartParallel(o.parallel, o.model, load);
+  if (!par.ok()) return Fail(par.status());
+  if (par->exit_code) return *par->exit_code;  // a rank > 0: it has followed rank 0
+  auto model = LoadModel(o.model, load, *par);
   if (!model.ok()) return Fail(model.status());
   Model& m = **model;
   KvBlockPool pool(m.cache_layout());
@@ -67,6 +73,7 @@ void AddLogits(CLI::App& app, Runner& run) {
   cmd->add_option("--ids", o->ids, "Token ids, comma separated (e.g. 1,2,3)")->required();
   AddThreadsFlag(cmd, o->threads);
   AddActivationsFlag(cmd, o->activations);
+  AddParallelFlag(cmd, o->parallel);
   cmd->add_option("--dump", o->dump, "Also write every named intermediate tensor to this .safetensors file");
   cmd->callback([o, &run] { run = [o] { return Run(*o); }; });
 }

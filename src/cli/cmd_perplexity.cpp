@@ -9,6 +9,7 @@
 #include "base/progress.h"
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/parallel_flags.h"
 #include "model/model.h"
 #include "runtime/engine.h"
 #include "runtime/perplexity.h"
@@ -29,9 +30,16 @@ struct PerplexityOptions {
   std::string kv_dtype = "f32", reference_kv_dtype = "f32";
   int threads = 0;
   std::string activations = "exact", reference_activations = "exact";
+  std::string parallel = "off";
 };
 
 int Run(const PerplexityOptions& o) {
+  const LoadOptions load{.progress = !o.json, .activations = ActivationsOf(o.activations, /*everywhere=*/true)};
+  if (o.parallel != "off" && !o.reference.empty())
+    return Fail(Error("--reference cannot be combined with --parallel: compare two models in one process"));
+  auto par = StartParallel(o.parallel, o.model, {.progress = false, .threads = o.threads, .activations = load.activations});
+  if (!par.ok()) return Fail(par.status());
+  if (par->exit_code) return *par->exit_code;  // a rank > 0: it has followed rank 0
   auto kv_dtype = runtime::ParseKvDtype(o.kv_dtype);
   if (!kv_dtype.ok()) return Fail(Status(kv_dtype.status()).WithContext("--kv-dtype"));
   auto ref_kv_dtype = runtime::ParseKvDtype(o.reference_kv_dtype);
@@ -39,8 +47,10 @@ int Run(const PerplexityOptions& o) {
   auto text = ReadTextFile(o.file);
   if (!text.ok()) return Fail(text.status());
   // One pool for both models: they run one after the other.
-  ThreadPool pool(o.threads);
-  auto model = Model::Load(o.model, {.progress = !o.json, .pool = &pool, .activations = ActivationsOf(o.activations, /*everywhere=*/true)});
+  ThreadPool pool(ThreadsFor(o.threads, *par));
+  LoadOptions model_load = load;
+  model_load.pool = &pool;
+  auto model = LoadModel(o.model, model_load, *par);
   if (!model.ok()) return Fail(model.status());
   std::unique_ptr<Model> reference;
   if (!o.reference.empty()) {
@@ -122,6 +132,7 @@ void AddPerplexity(CLI::App& app, Runner& run) {
       ->check(CLI::PositiveNumber);
   AddThreadsFlag(cmd, o->threads);
   AddActivationsFlag(cmd, o->activations);
+  AddParallelFlag(cmd, o->parallel);
   AddActivationsFlag(cmd, o->reference_activations, "--reference-activations");
   cmd->add_option("--stride", o->stride,
                   "Tokens between window starts; each window scores only tokens no earlier window scored "

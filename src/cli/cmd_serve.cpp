@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/parallel_flags.h"
 #include "cli/sampling_flags.h"
 #include "model/model.h"
 #include "runtime/engine.h"
@@ -37,7 +38,11 @@ int Run(const ServeFlags& f) {
   if (f.reasoning_format != "separate" && f.reasoning_format != "inline")
     return Fail(Error("--reasoning-format: expected separate or inline, found '{}'", f.reasoning_format));
   if (f.port < 0 || f.port > 65535) return Fail(Error("--port: expected 0-65535, found {}", f.port));
-  auto model = Model::Load(f.model, {.threads = f.engine.threads, .activations = ActivationsOf(f.engine.activations)});
+  const LoadOptions load{.threads = f.engine.threads, .activations = ActivationsOf(f.engine.activations)};
+  auto par = StartParallel(f.engine.parallel, f.model, load);
+  if (!par.ok()) return Fail(par.status());
+  if (par->exit_code) return *par->exit_code;  // a rank > 0: it has followed rank 0
+  auto model = LoadModel(f.model, load, *par);
   if (!model.ok()) return Fail(model.status());
   auto tok = text::Tokenizer::Load(f.model);
   if (!tok.ok()) return Fail(Status(tok.status()).WithContext("m2 serve needs the model's tokenizer.json"));

@@ -1,5 +1,7 @@
 #include "cli/engine_flags.h"
 
+#include "cli/parallel_flags.h"
+
 namespace m2::cli {
 
 void AddThreadsFlag(CLI::App* cmd, int& threads) {
@@ -20,6 +22,7 @@ void AddActivationsFlag(CLI::App* cmd, std::string& value, const std::string& na
 void AddEngineFlags(CLI::App* cmd, EngineFlags& f, bool serving) {
   AddThreadsFlag(cmd, f.threads);
   AddActivationsFlag(cmd, f.activations);
+  AddParallelFlag(cmd, f.parallel);
   cmd->add_option("--kv-memory", f.kv_memory,
                   "KV cache budget in GiB, taken once at start (default: one full context, at most 4 GiB)");
   cmd->add_option("--kv-tokens", f.kv_tokens, "KV cache budget in tokens (overrides --kv-memory)");

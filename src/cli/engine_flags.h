@@ -27,6 +27,7 @@ struct EngineFlags {
   std::string spec = "off";
   int draft = 4;
   int spec_ngram = 3;
+  std::string parallel = "off";  // --parallel (parallel_flags.h)
 };
 
 // -t/--threads N into `threads`: every command that runs the model has it (0, the default:

@@ -4,11 +4,19 @@
 
 namespace m2 {
 
-void RmsNorm(const float* x, const float* w, int64_t n, double eps, float* out) {
+double SumSquares(const float* x, int64_t n) {
   double ss = 0.0;  // double: the statistic must not depend on the summation order
   for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
-  const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+  return ss;
+}
+
+void RmsScale(const float* x, const float* w, int64_t n, double sumsq, int64_t count, double eps, float* out) {
+  const float inv = static_cast<float>(1.0 / std::sqrt(sumsq / static_cast<double>(count) + eps));
   for (int64_t i = 0; i < n; ++i) out[i] = w[i] * (x[i] * inv);
+}
+
+void RmsNorm(const float* x, const float* w, int64_t n, double eps, float* out) {
+  RmsScale(x, w, n, SumSquares(x, n), n, eps, out);
 }
 
 void RopeInvFreq(double theta, int64_t rotary_dim, float* inv_freq) {

@@ -7,6 +7,13 @@ namespace m2 {
 
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i], for one row of n values (may alias).
 void RmsNorm(const float* x, const float* w, int64_t n, double eps, float* out);
+// The two halves of RmsNorm, for a row whose sum of squares is assembled from pieces (the
+// attention's q/k norm spans every head, and the heads may live on several ranks):
+// SumSquares(x, n) is the statistic of n values (in double, in index order), and
+// RmsScale writes out[i] = x[i] / sqrt(sumsq / count + eps) * w[i] for n of its values.
+// RmsNorm(x, w, n, eps, out) == RmsScale(x, w, n, SumSquares(x, n), n, eps, out).
+double SumSquares(const float* x, int64_t n);
+void RmsScale(const float* x, const float* w, int64_t n, double sumsq, int64_t count, double eps, float* out);
 
 // Inverse frequencies of RoPE: inv_freq[i] = theta^(-2i/rotary_dim), i < rotary_dim/2,
 // computed in fp32 as transformers does.

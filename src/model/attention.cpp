@@ -5,6 +5,7 @@
 //   out = concat_h(o_h) Wo^T
 #include <algorithm>
 #include <cmath>
+#include <vector>
 #include <fmt/format.h>
 
 #include "base/thread_pool.h"
@@ -17,10 +18,13 @@ namespace m2 {
 
 void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t layer, const float* inv_freq,
                       const float* x, const std::vector<TokenSlot>& slots, const std::vector<SeqView>& seqs, float* out,
-                      Scratch& s, ThreadPool& pool, Tracer* trace) {
+                      Scratch& s, ThreadPool& pool, Parallel* par, Tracer* trace) {
   const int64_t n = static_cast<int64_t>(slots.size());
-  const int64_t H = cfg.num_attention_heads, KV = cfg.num_key_value_heads, D = cfg.head_dim;
-  const int64_t qd = cfg.q_dim(), kvd = cfg.kv_dim(), group = cfg.kv_group();
+  // This rank's heads (all of them in one process).
+  const int64_t H = par ? par->plan.q_heads() : cfg.num_attention_heads;
+  const int64_t KV = par ? par->plan.kv_heads() : cfg.num_key_value_heads;
+  const int64_t D = cfg.head_dim;
+  const int64_t qd = H * D, kvd = KV * D, group = H / KV;
   const auto name = [&](const char* stage) { return fmt::format("layers.{}.{}", layer, stage); };
   s.q.resize(static_cast<size_t>(n * qd));
   s.k.resize(static_cast<size_t>(n * kvd));
@@ -31,9 +35,50 @@ void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t
   LinearOnPool(w.k, x, n, s.k.data(), pool);  // [n, KV*D]
   LinearOnPool(w.v, x, n, s.v.data(), pool);  // [n, KV*D]
   if (!w.q_norm.empty()) {
+    // One RMSNorm over all heads of q (and of k): the statistic is the sum, in head order,
+    // of each head's sum of squares, so that it is the same whether the heads are here or
+    // spread over ranks.
+    const int64_t per_token = H + KV;
+    s.head_ss.resize(static_cast<size_t>(n * per_token));
     for (int64_t t = 0; t < n; ++t) {
-      RmsNorm(&s.q[t * qd], w.q_norm.data(), qd, cfg.rms_norm_eps, &s.q[t * qd]);
-      RmsNorm(&s.k[t * kvd], w.k_norm.data(), kvd, cfg.rms_norm_eps, &s.k[t * kvd]);
+      for (int64_t h = 0; h < H; ++h) s.head_ss[t * per_token + h] = SumSquares(&s.q[t * qd + h * D], D);
+      for (int64_t g = 0; g < KV; ++g) s.head_ss[t * per_token + H + g] = SumSquares(&s.k[t * kvd + g * D], D);
+    }
+    const double* ss = s.head_ss.data();
+    const ShardPlan* plan = par ? &par->plan : nullptr;
+    if (par) {
+      s.pair_bytes.resize(static_cast<size_t>(plan->ranks));
+      int64_t total = 0;
+      for (int r = 0; r < plan->ranks; ++r) {
+        const int64_t c = plan->q_first[r + 1] - plan->q_first[r] + plan->kv_count[r];
+        s.pair_bytes[static_cast<size_t>(r)] = n * c * static_cast<int64_t>(sizeof(double));
+        total += n * c;
+      }
+      s.head_ss_all.resize(static_cast<size_t>(total));
+      par->GatherBytes(s.head_ss.data(), s.pair_bytes, s.head_ss_all.data());
+    }
+    for (int64_t t = 0; t < n; ++t) {
+      double q_ss = 0, k_ss = 0;
+      if (!par) {
+        for (int64_t h = 0; h < H; ++h) q_ss += ss[t * per_token + h];
+        for (int64_t g = 0; g < KV; ++g) k_ss += ss[t * per_token + H + g];
+      } else {
+        // Rank r's block: [n][its query heads, its KV heads]. Query heads are in rank
+        // order; a KV head held by several ranks counts once (from the first).
+        const double* block = s.head_ss_all.data();
+        int64_t kv_done = 0;
+        for (int r = 0; r < plan->ranks; ++r) {
+          const int64_t hq = plan->q_first[r + 1] - plan->q_first[r], hk = plan->kv_count[r];
+          const double* row = block + t * (hq + hk);
+          for (int64_t h = 0; h < hq; ++h) q_ss += row[h];
+          for (int64_t g = 0; g < hk; ++g)
+            if (plan->kv_first[r] + g >= kv_done) k_ss += row[hq + g];
+          kv_done = std::max(kv_done, plan->kv_first[r] + hk);
+          block += n * (hq + hk);
+        }
+      }
+      RmsScale(&s.q[t * qd], w.q_norm.data(), qd, q_ss, cfg.q_dim(), cfg.rms_norm_eps, &s.q[t * qd]);
+      RmsScale(&s.k[t * kvd], w.k_norm.data(), kvd, k_ss, cfg.kv_dim(), cfg.rms_norm_eps, &s.k[t * kvd]);
     }
   }
   for (int64_t t = 0; t < n; ++t) {
@@ -47,10 +92,11 @@ void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t
   }
   // Every token's K/V goes into the cache (in its storage dtype) before any token attends.
   for (int64_t t = 0; t < n; ++t) {
-    const KvDtype dt = slots[t].cache->pool()->dtype();
+    const SeqView& sv = seqs[static_cast<size_t>(slots[t].seq)];
+    const KvDtype dt = sv.pool->dtype();
     for (int64_t g = 0; g < KV; ++g) {
-      StoreKv(&s.k[t * kvd + g * D], D, dt, slots[t].cache->KRaw(layer, slots[t].pos, g));
-      StoreKv(&s.v[t * kvd + g * D], D, dt, slots[t].cache->VRaw(layer, slots[t].pos, g));
+      StoreKv(&s.k[t * kvd + g * D], D, dt, sv.KAt(layer, slots[t].pos, g));
+      StoreKv(&s.v[t * kvd + g * D], D, dt, sv.VAt(layer, slots[t].pos, g));
     }
   }
 
@@ -87,7 +133,16 @@ void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t
     }
   });
   if (trace) trace->Record(name("attn_heads"), s.attn.data(), {n, H, D});
-  LinearOnPool(w.o, s.attn.data(), n, out, pool);  // [n, hidden]
+  if (!par) {
+    LinearOnPool(w.o, s.attn.data(), n, out, pool);  // [n, hidden]
+    return;
+  }
+  // Every rank's heads side by side, then this rank's rows of o_proj, gathered.
+  s.attn_all.resize(static_cast<size_t>(n * cfg.q_dim()));
+  par->GatherColumns(s.attn.data(), n, par->plan.q_col_first, s.attn_all.data());
+  s.out_part.resize(static_cast<size_t>(n * w.o.rows));
+  if (w.o.rows > 0) LinearOnPool(w.o, s.attn_all.data(), n, s.out_part.data(), pool);
+  par->GatherColumns(s.out_part.data(), n, par->plan.hidden_first, out);
 }
 
 }  // namespace m2

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "base/check.h"
@@ -34,7 +35,12 @@ uint64_t PrefixHash(uint64_t parent, std::span<const int32_t> tokens) {
   return h == 0 ? 1 : h;  // 0 means "not registered"
 }
 
-KvBlockPool::KvBlockPool(CacheLayout layout, int64_t max_blocks) : layout_(std::move(layout)), max_blocks_(max_blocks) {
+namespace {
+std::atomic<uint64_t> next_pool_id{1};
+}  // namespace
+
+KvBlockPool::KvBlockPool(CacheLayout layout, int64_t max_blocks)
+    : layout_(std::move(layout)), id_(next_pool_id.fetch_add(1)), max_blocks_(max_blocks) {
   M2_CHECK(layout_.block_tokens > 0);
   M2_CHECK(max_blocks_ >= 0);
   const int64_t eb = KvDtypeBytes(layout_.kv_dtype);
@@ -52,6 +58,10 @@ KvBlockPool::KvBlockPool(CacheLayout layout, int64_t max_blocks) : layout_(std::
 }
 
 KvBlockPool::~KvBlockPool() {
+  if (mirror_) {
+    std::lock_guard<std::mutex> lock(mirror_->mu);
+    mirror_->retired.push_back(id_);
+  }
   for (size_t l = 0; l < arenas_.size(); ++l)
     if (arenas_[l] != nullptr) munmap(arenas_[l], arena_bytes_[l]);
 }
@@ -127,7 +137,18 @@ int64_t KvBlockPool::available_blocks() const {
   return static_cast<int64_t>(free_.size() + lru_.size()) + (max_blocks_ - blocks_allocated());
 }
 
+Status KvBlockPool::Reserve(int64_t blocks) {
+  if (blocks <= capacity_) return Status::Ok();
+  if (max_blocks_ > 0 && blocks > max_blocks_)
+    return Error("KV pool: block {} asked for, but the pool holds {} blocks", blocks - 1, max_blocks_);
+  return Grow(std::max(blocks, 2 * capacity_));
+}
+
 void KvBlockPool::CopyBlock(int32_t from, int32_t to) {
+  if (mirror_) {
+    std::lock_guard<std::mutex> lock(mirror_->mu);
+    mirror_->copies.push_back({id_, from, to});
+  }
   for (size_t l = 0; l < arenas_.size(); ++l) {
     const int64_t bytes = 2 * half_bytes_[l];
     if (bytes == 0) continue;

@@ -34,6 +34,7 @@
 
 #include <cstdint>
 #include <list>
+#include <mutex>
 #include <memory>
 #include <span>
 #include <unordered_map>
@@ -61,6 +62,20 @@ struct CacheLayout {
 // The hash of a block of token ids following a prefix whose hash is `parent` (0 for the
 // first block).
 uint64_t PrefixHash(uint64_t parent, std::span<const int32_t> tokens);
+
+// What the other ranks of a model split over several processes need to keep pools of
+// their own in step with rank 0's (model/parallel.h): they hold the same block ids, write
+// them in the same forward passes, and copy what rank 0 copied (copy-on-write). Shared by
+// the pools and the model, so either may go first.
+struct PoolMirror {
+  struct Copy {
+    uint64_t pool;
+    int32_t from, to;
+  };
+  std::mutex mu;
+  std::vector<Copy> copies;      // since the model last took them
+  std::vector<uint64_t> retired;  // pools destroyed since then
+};
 
 class KvBlockPool {
  public:
@@ -107,6 +122,15 @@ class KvBlockPool {
   int64_t block_floats() const { return block_elems_; }  // elements of one block over all layers
   int64_t block_bytes() const { return block_elems_ * KvDtypeBytes(layout_.kv_dtype); }
 
+  // --- Mirroring (model/parallel.h).
+  uint64_t id() const { return id_; }  // unique in this process
+  // From now on CopyBlock and the destructor report to `m` (a split model's rank 0 sets it).
+  void set_mirror(std::shared_ptr<PoolMirror> m) { mirror_ = std::move(m); }
+  bool mirrored() const { return mirror_ != nullptr; }
+  // Makes room for block ids [0, blocks) in the arenas (the other ranks of a split model
+  // address blocks by the ids rank 0 chose, without allocating them).
+  Status Reserve(int64_t blocks);
+
   // --- Prefix cache.
   bool has_recurrent() const { return has_recurrent_; }  // some layer keeps a recurrent state
   bool prefix_cache_supported() const { return !has_recurrent_ || max_checkpoints_ > 0; }
@@ -148,6 +172,8 @@ class KvBlockPool {
   void EvictOldestCheckpoint();
 
   CacheLayout layout_;
+  uint64_t id_;
+  std::shared_ptr<PoolMirror> mirror_;
   int64_t max_blocks_;
   int64_t capacity_ = 0;  // blocks the arenas hold
   int64_t block_elems_ = 0;

@@ -8,6 +8,7 @@
 #include "base/thread_pool.h"
 #include "model/config.h"
 #include "model/kv_cache.h"
+#include "model/parallel.h"
 #include "model/tracer.h"
 #include "model/weights.h"
 
@@ -25,6 +26,17 @@ struct TokenSlot {
 struct SeqView {
   KvBlockPool* pool;
   const int32_t* blocks;
+  // K or V of `layer` at position `pos`, KV head `head` (of the pool's heads): head_dim
+  // elements of the pool's dtype.
+  void* KAt(int64_t layer, int64_t pos, int64_t head) const { return At(pool->KBase(layer), layer, pos, head); }
+  void* VAt(int64_t layer, int64_t pos, int64_t head) const { return At(pool->VBase(layer), layer, pos, head); }
+
+ private:
+  void* At(void* base, int64_t layer, int64_t pos, int64_t head) const {
+    const int64_t bt = pool->block_tokens(), d = pool->layout().layers[static_cast<size_t>(layer)].head_dim;
+    const int64_t eb = KvDtypeBytes(pool->dtype());
+    return static_cast<char*>(base) + (blocks[pos / bt] * pool->block_stride(layer) + (head * bt + pos % bt) * d) * eb;
+  }
 };
 
 // A stable counting sort: the items [first, last) grouped by key(i) in [0, buckets), into
@@ -48,6 +60,10 @@ inline constexpr int64_t kMoeChunkTokens = 1024;
 
 struct Scratch {
   std::vector<float> q, k, v, attn, scores;
+  std::vector<float> attn_all, out_part;   // split models: every head's output; this rank's o_proj rows
+  std::vector<double> head_ss, head_ss_all;  // per (token, head) sums of squares of q and k
+  std::vector<float> pairs_send, pairs_recv;  // split models: expert outputs exchanged
+  std::vector<int64_t> pair_bytes;
   std::vector<float> router;
   // MoE routing.
   std::vector<int32_t> chosen;
@@ -75,9 +91,11 @@ struct Scratch {
 // out[n, hidden] = self-attention of x[n, hidden] (already normed). Writes this
 // layer's K/V for each token into its cache at its position first, so a token sees
 // every earlier position of its own sequence, in this batch or before.
+// `par`: null, or this rank's part of a split model (parallel.h): then w holds this rank's
+// heads and o_proj rows, the cache its KV heads, and `out` is whole on every rank.
 void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t layer, const float* inv_freq,
                       const float* x, const std::vector<TokenSlot>& slots, const std::vector<SeqView>& seqs, float* out,
-                      Scratch& s, ThreadPool& pool, Tracer* trace);
+                      Scratch& s, ThreadPool& pool, Parallel* par, Tracer* trace);
 
 // out[n, hidden] = Lightning attention of x[n, hidden] (already normed), MODEL_SPEC.md
 // section 2 / transformers' MiniMaxLightningAttention. Each sequence's rows continue from
@@ -90,8 +108,9 @@ void LightningForward(const ModelConfig& cfg, const LightningWeights& w, int64_t
 // there are enough experts with tokens, the pool's threads take whole experts (no
 // synchronisation per matrix); otherwise each expert's rows are split over the threads.
 // Either way each token sums its experts' outputs in expert-index order, so the result
-// does not depend on the thread count.
+// does not depend on the thread count. `par` (a split model): this rank runs its own
+// experts, the outputs of all are gathered, and every rank forms the same sums.
 void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int64_t layer, const float* x, int64_t n, float* out,
-                Scratch& s, ThreadPool& pool, Tracer* trace);
+                Scratch& s, ThreadPool& pool, Parallel* par, Tracer* trace);
 
 }  // namespace m2

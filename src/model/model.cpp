@@ -10,6 +10,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include <fmt/format.h>
 
@@ -55,7 +56,40 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& path, const LoadOp
   m->pool_ = m->load_pool_;
   m->inv_freq_.resize(static_cast<size_t>(m->cfg_.rotary_dim / 2));
   RopeInvFreq(m->cfg_.rope_theta, m->cfg_.rotary_dim, m->inv_freq_.data());
+  m->weight_bytes_ = WeightBytesRead(m->weights_);
+  if (opts.comm != nullptr && opts.comm->size() > 1) {
+    Comm& comm = *opts.comm;
+    const int64_t whole = m->weight_bytes_;
+    auto par = std::make_unique<Parallel>();
+    par->comm = &comm;
+    M2_ASSIGN_OR_RETURN(par->plan, PlanShards(m->cfg_, m->weights_, comm.rank(), comm.size()));
+    m->weight_bytes_ = ShardWeights(par->plan, m->cfg_, m->weights_);
+    // Every rank has got this far (the plan is the same everywhere, so an error above
+    // happened on every rank): the first collective.
+    std::vector<int64_t> bytes(static_cast<size_t>(comm.size()));
+    comm.AllGatherFixed(&m->weight_bytes_, sizeof(int64_t), bytes.data());
+    if (comm.rank() == 0 && opts.progress) {
+      fmt::print(stderr, "split over {} ranks ({}); weights read per step in full: {:.2f} GiB\n", comm.size(),
+                 comm.name(), static_cast<double>(whole) / (1 << 30));
+      for (int r = 0; r < comm.size(); ++r)
+        fmt::print(stderr, "  rank {}: {:.2f} GiB ({:.0f}%): {}\n", r,
+                   static_cast<double>(bytes[static_cast<size_t>(r)]) / (1 << 30),
+                   100.0 * static_cast<double>(bytes[static_cast<size_t>(r)]) / static_cast<double>(whole),
+                   par->plan.Describe(r));
+    }
+    m->par_ = std::move(par);
+    if (comm.rank() == 0) m->mirror_ = std::make_shared<PoolMirror>();
+  }
   return m;
+}
+
+Model::~Model() {
+  if (par_ && par_->plan.rank == 0) {  // the other ranks' Follow() returns
+    int64_t bytes = 8;
+    int32_t stop[2] = {kShutdown, 0};
+    par_->comm->Broadcast(&bytes, sizeof bytes, 0);
+    par_->comm->Broadcast(stop, bytes, 0);
+  }
 }
 
 void Model::SetPool(ThreadPool* pool) { pool_ = pool != nullptr ? pool : load_pool_; }
@@ -69,7 +103,7 @@ CacheLayout Model::cache_layout(int64_t block_tokens, bool with_mtp, KvDtype kv_
     if (i < cfg_.num_hidden_layers && cfg_.layer_type(i) == LayerType::kLightning)
       l.layers.push_back({LayerCacheKind::kRecurrentState, 0, 0, cfg_.lightning_state_floats()});
     else
-      l.layers.push_back({LayerCacheKind::kKeyValue, cfg_.num_key_value_heads, cfg_.head_dim, 0});
+      l.layers.push_back({LayerCacheKind::kKeyValue, kv_heads_here(), cfg_.head_dim, 0});
   }
   return l;
 }
@@ -89,9 +123,9 @@ Status Model::CheckCacheLayout(const SequenceCache& cache, size_t index, int64_t
                                                          : fmt::format("a state of {} floats", s.state_floats));
       continue;
     }
-    if (s.kind != LayerCacheKind::kKeyValue || s.kv_heads != cfg_.num_key_value_heads || s.head_dim != cfg_.head_dim)
+    if (s.kind != LayerCacheKind::kKeyValue || s.kv_heads != kv_heads_here() || s.head_dim != cfg_.head_dim)
       return Error("cache {} layer {}: expected keys and values of {} heads x {}, found {}", index, l,
-                   cfg_.num_key_value_heads, cfg_.head_dim,
+                   kv_heads_here(), cfg_.head_dim,
                    s.kind == LayerCacheKind::kKeyValue ? fmt::format("{} heads x {}", s.kv_heads, s.head_dim)
                                                        : std::string("a recurrent state"));
   }
@@ -117,14 +151,14 @@ void Model::RunLayer(const LayerWeights& L, int64_t l, const std::vector<TokenSl
     LightningForward(cfg_, L.lightning, l, normed_.data(), slots, branch_.data(), scratch_, *pool_, trace);
   else
     AttentionForward(cfg_, L.attn, l, inv_freq_.data(), normed_.data(), slots, seq_views_, branch_.data(), scratch_,
-                     *pool_, trace);
+                     *pool_, par_.get(), trace);
   if (trace) trace->Record(fmt::format("layers.{}.attn_out", l), branch_.data(), {n, Hd});
   WeightedSum(residual, attn_alpha, branch_.data(), attn_beta, n * Hd, hidden_.data());
 
   for (int64_t i = 0; i < n; ++i)
     RmsNorm(&hidden_[i * Hd], L.post_attention_norm.data(), Hd, cfg_.rms_norm_eps, &normed_[i * Hd]);
   if (trace) trace->Record(fmt::format("layers.{}.ffn_norm", l), normed_.data(), {n, Hd});
-  MoeForward(cfg_, L.moe, l, normed_.data(), n, branch_.data(), scratch_, *pool_, trace);
+  MoeForward(cfg_, L.moe, l, normed_.data(), n, branch_.data(), scratch_, *pool_, par_.get(), trace);
   WeightedSum(residual, static_cast<float>(cfg_.mlp_alpha), branch_.data(), static_cast<float>(cfg_.mlp_beta), n * Hd,
               hidden_.data());
   if (trace) trace->Record(fmt::format("layers.{}.out", l), hidden_.data(), {n, Hd});
@@ -139,7 +173,7 @@ Status Model::Forward(const ForwardBatch& batch, std::span<SequenceCache* const>
 Status Model::Forward(const ForwardBatch& batch, std::span<SequenceCache* const> caches, std::vector<float>& logits,
                       std::vector<float>& hidden, Tracer* trace) {
   const int64_t n = static_cast<int64_t>(batch.size());
-  const int64_t Hd = cfg_.hidden_size, V = cfg_.vocab_size;
+  const int64_t V = cfg_.vocab_size;
   if (batch.seq.size() != batch.tokens.size() || batch.want_logits.size() != batch.tokens.size())
     return Error("forward batch: tokens ({}), seq ({}) and want_logits ({}) must have the same length",
                  batch.tokens.size(), batch.seq.size(), batch.want_logits.size());
@@ -184,35 +218,56 @@ Status Model::Forward(const ForwardBatch& batch, std::span<SequenceCache* const>
     if (next[c] != old[c])
       for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) caches[c]->set_filled(l, next[c]);
   BuildSeqViews(caches);
+  if (par_) Announce(kTrunk, 0, batch.tokens, batch.want_logits, caches, {});
+  RunTrunk(batch.tokens.data(), batch.want_logits.data(), batch.want_hidden.empty() ? nullptr : batch.want_hidden.data(),
+           n, logits, &hidden, trace);
+  return Status::Ok();
+}
 
+void Model::RunTrunk(const int32_t* tokens, const uint8_t* want_logits, const uint8_t* want_hidden, int64_t n,
+                     std::vector<float>& logits, std::vector<float>* hidden, Tracer* trace) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t Hd = cfg_.hidden_size, V = cfg_.vocab_size;
   hidden_.resize(static_cast<size_t>(n * Hd));
   normed_.resize(static_cast<size_t>(n * Hd));
   branch_.resize(static_cast<size_t>(n * Hd));
-  for (int64_t i = 0; i < n; ++i) DequantizeRow(weights_.embed, batch.tokens[i], &hidden_[i * Hd]);
+  for (int64_t i = 0; i < n; ++i) DequantizeRow(weights_.embed, tokens[i], &hidden_[i * Hd]);
   if (trace) trace->Record("embed", hidden_.data(), {n, Hd});
 
   scratch_.experts_run = 0;
-  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) RunLayer(weights_.layers[l], l, slots, trace);
+  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) RunLayer(weights_.layers[l], l, slots_, trace);
 
   // The last hidden state (h^0 for MTP) of the rows that want it, before the final norm.
-  if (!batch.want_hidden.empty())
+  if (want_hidden != nullptr && hidden != nullptr)
     for (int64_t i = 0; i < n; ++i)
-      if (batch.want_hidden[i]) hidden.insert(hidden.end(), &hidden_[i * Hd], &hidden_[(i + 1) * Hd]);
+      if (want_hidden[i]) hidden->insert(hidden->end(), &hidden_[i * Hd], &hidden_[(i + 1) * Hd]);
 
   // Final norm and lm_head only for the rows that want logits.
   int64_t rows = 0;
   for (int64_t i = 0; i < n; ++i) {
-    if (!batch.want_logits[i]) continue;
+    if (!want_logits[i]) continue;
     RmsNorm(&hidden_[i * Hd], weights_.final_norm.data(), Hd, cfg_.rms_norm_eps, &normed_[rows * Hd]);
     ++rows;
   }
-  if (rows == 0) return Status::Ok();
-  if (trace) trace->Record("final_norm", normed_.data(), {rows, Hd});
-  const size_t base = logits.size();
-  logits.resize(base + static_cast<size_t>(rows * V));
-  LinearOnPool(weights_.lm_head, normed_.data(), rows, logits.data() + base, *pool_);
-  if (trace) trace->Record("logits", logits.data() + base, {rows, V});
-  return Status::Ok();
+  if (rows > 0) {
+    if (trace) trace->Record("final_norm", normed_.data(), {rows, Hd});
+    const size_t base = logits.size();
+    logits.resize(base + static_cast<size_t>(rows * V));
+    LmHead(normed_.data(), rows, logits.data() + base);
+    if (trace) trace->Record("logits", logits.data() + base, {rows, V});
+  }
+  ++forwards_;
+  forward_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void Model::LmHead(const float* normed, int64_t rows, float* out) {
+  if (!par_) {
+    LinearOnPool(weights_.lm_head, normed, rows, out, *pool_);
+    return;
+  }
+  part_logits_.resize(static_cast<size_t>(rows * weights_.lm_head.rows));
+  if (weights_.lm_head.rows > 0) LinearOnPool(weights_.lm_head, normed, rows, part_logits_.data(), *pool_);
+  par_->GatherColumns(part_logits_.data(), rows, par_->plan.vocab_first, out);
 }
 
 Status Model::ForwardMtp(int64_t module, const MtpBatch& batch, std::span<const float> hidden_in,
@@ -275,7 +330,18 @@ Status Model::ForwardMtp(int64_t module, const MtpBatch& batch, std::span<const 
   for (size_t c = 0; c < caches.size(); ++c)
     if (first[c] >= 0) M2_RETURN_IF_ERROR(caches[c]->Unshare(first[c], next[c]));
   BuildSeqViews(caches);
+  if (par_) Announce(kMtp, static_cast<int32_t>(module), batch.tokens, batch.want_logits, caches, hidden_in);
+  RunMtp(module, batch.tokens.data(), hidden_in.data(), batch.want_logits.data(), n, logits, hidden_out, trace);
+  for (size_t c = 0; c < caches.size(); ++c)
+    if (first[c] >= 0) caches[c]->set_filled(layer, next[c]);
+  return Status::Ok();
+}
 
+void Model::RunMtp(int64_t module, const int32_t* tokens, const float* hidden_in, const uint8_t* want_logits, int64_t n,
+                   std::vector<float>& logits, std::vector<float>& hidden_out, Tracer* trace) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t Hd = cfg_.hidden_size, V = cfg_.vocab_size;
+  const int64_t layer = mtp_cache_layer(module);
   const MtpWeights& w = weights_.mtp[static_cast<size_t>(module)];
   const auto name = [&](const char* stage) { return fmt::format("mtp.{}.{}", module, stage); };
   // [hnorm(h^k) ; enorm(embed[t])]: [n, 2*hidden], hidden first (torch.cat order in MTPModule.forward).
@@ -283,7 +349,7 @@ Status Model::ForwardMtp(int64_t module, const MtpBatch& batch, std::span<const 
   embed_row_.resize(static_cast<size_t>(Hd));
   for (int64_t i = 0; i < n; ++i) {
     RmsNorm(&hidden_in[i * Hd], w.hnorm.data(), Hd, cfg_.rms_norm_eps, &mtp_in_[i * 2 * Hd]);
-    DequantizeRow(weights_.embed, batch.tokens[i], embed_row_.data());
+    DequantizeRow(weights_.embed, tokens[i], embed_row_.data());
     RmsNorm(embed_row_.data(), w.enorm.data(), Hd, cfg_.rms_norm_eps, &mtp_in_[i * 2 * Hd + Hd]);
   }
   if (trace) trace->Record(name("eh_in"), mtp_in_.data(), {n, 2 * Hd});
@@ -293,25 +359,25 @@ Status Model::ForwardMtp(int64_t module, const MtpBatch& batch, std::span<const 
   LinearOnPool(w.eh_proj, mtp_in_.data(), n, hidden_.data(), *pool_);  // z [n, hidden]
   if (trace) trace->Record(name("eh_proj"), hidden_.data(), {n, Hd});
 
-  RunLayer(w.layer, layer, slots, trace);  // h^{k+1} [n, hidden], in hidden_
-  for (size_t c = 0; c < caches.size(); ++c)
-    if (first[c] >= 0) caches[c]->set_filled(layer, next[c]);
+  RunLayer(w.layer, layer, slots_, trace);  // h^{k+1} [n, hidden], in hidden_
   hidden_out.insert(hidden_out.end(), hidden_.begin(), hidden_.begin() + n * Hd);
 
   // The module's own final norm, then the shared lm_head, for the rows that want logits.
   int64_t rows = 0;
   for (int64_t i = 0; i < n; ++i) {
-    if (!batch.want_logits[i]) continue;
+    if (!want_logits[i]) continue;
     RmsNorm(&hidden_[i * Hd], w.final_norm.data(), Hd, cfg_.rms_norm_eps, &normed_[rows * Hd]);
     ++rows;
   }
-  if (rows == 0) return Status::Ok();
-  if (trace) trace->Record(name("final_norm"), normed_.data(), {rows, Hd});
-  const size_t base = logits.size();
-  logits.resize(base + static_cast<size_t>(rows * V));
-  LinearOnPool(weights_.lm_head, normed_.data(), rows, logits.data() + base, *pool_);
-  if (trace) trace->Record(name("logits"), logits.data() + base, {rows, V});
-  return Status::Ok();
+  if (rows > 0) {
+    if (trace) trace->Record(name("final_norm"), normed_.data(), {rows, Hd});
+    const size_t base = logits.size();
+    logits.resize(base + static_cast<size_t>(rows * V));
+    LmHead(normed_.data(), rows, logits.data() + base);
+    if (trace) trace->Record(name("logits"), logits.data() + base, {rows, V});
+  }
+  ++forwards_;
+  forward_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void Model::TruncateMtp(SequenceCache& cache, int64_t kept_tokens) const {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "base/status.h"
@@ -15,6 +16,7 @@
 #include "model/config.h"
 #include "model/kv_cache.h"
 #include "model/layers.h"
+#include "model/parallel.h"
 #include "model/tracer.h"
 #include "model/weights.h"
 
@@ -76,10 +78,24 @@ struct LoadOptions {
   // (kernels/linear_int8.h, ActivationMode in linear.h): faster, not exact. Other formats
   // stay exact. An error on a model without q8 / q4 weights.
   ActivationMode activations = ActivationMode::kExact;
+  // Split the model over the ranks of `comm` (model/parallel.h; not owned, it must outlive
+  // the model). Every rank loads the model with its own comm; rank 0 then uses it like any
+  // model, and the others call Follow(). nullptr or one rank: the whole model here.
+  Comm* comm = nullptr;
+};
+
+// What one rank of a split model has cost so far (Model::GatherRankStats).
+struct RankStats {
+  int64_t weight_bytes = 0;      // weights this rank reads (its slices; the embedding not counted)
+  int64_t resident_bytes = 0;    // the process's resident memory
+  int64_t forwards = 0;          // forward passes run (trunk and MTP)
+  double forward_seconds = 0;    // inside them, communication included
+  CommStats comm;                // its collectives (in forward passes and outside)
 };
 
 class Model {
  public:
+  ~Model();
   // `path`: a model folder (config.json + safetensors) as published on Hugging Face.
   static Result<std::unique_ptr<Model>> Load(const std::string& path, const LoadOptions& opts = {});
 
@@ -160,6 +176,17 @@ class Model {
   // released here (Truncate does that); forgotten positions are simply written again.
   void TruncateMtp(SequenceCache& cache, int64_t kept_tokens) const;
 
+  // --- Split models (LoadOptions::comm; model/parallel.h).
+  int rank() const { return par_ ? par_->plan.rank : 0; }
+  int ranks() const { return par_ ? par_->plan.ranks : 1; }
+  const ShardPlan* shard_plan() const { return par_ ? &par_->plan : nullptr; }
+  // Ranks other than 0: runs every forward pass rank 0 runs, with this rank's slices, until
+  // rank 0's model is destroyed; then returns. An error on rank 0 or in a single process.
+  Status Follow();
+  // Rank 0 of a split model: every rank's figures, in rank order (a collective: the other
+  // ranks answer from Follow). A single process: its own.
+  std::vector<RankStats> GatherRankStats();
+
  private:
   ModelConfig cfg_;
   std::unique_ptr<TensorStore> store_;
@@ -168,6 +195,28 @@ class Model {
   std::unique_ptr<ThreadPool> own_pool_;  // when Load was given none
   ThreadPool* load_pool_ = nullptr;        // the pool of Load (own_pool_ or LoadOptions::pool)
   ThreadPool* pool_ = nullptr;             // the one in use
+  // Messages from rank 0 to the others (model_parallel.cpp).
+  enum : int32_t { kTrunk = 1, kMtp = 2, kStats = 3, kShutdown = 4 };
+  // KV heads this rank holds (all of them in one process).
+  int64_t kv_heads_here() const { return par_ ? par_->plan.kv_heads() : cfg_.num_key_value_heads; }
+  // A split model (null in one process), and on rank 0 what the others must mirror.
+  std::unique_ptr<Parallel> par_;
+  std::shared_ptr<PoolMirror> mirror_;
+  std::unordered_map<uint64_t, std::unique_ptr<KvBlockPool>> peer_pools_;  // ranks > 0: rank 0's pools
+  std::vector<char> message_;
+  int64_t weight_bytes_ = 0, forwards_ = 0;
+  double forward_seconds_ = 0;
+  std::vector<float> part_logits_;  // split lm_head: this rank's vocabulary rows
+  // Rank 0: sends the pass about to run to the other ranks (kind: 1 trunk, 2 MTP module).
+  void Announce(int32_t kind, int32_t module, std::span<const int32_t> tokens, std::span<const uint8_t> want_logits,
+                std::span<SequenceCache* const> caches, std::span<const float> hidden_in);
+  // The computation of Forward / ForwardMtp once slots_ and seq_views_ are set (every rank).
+  void RunTrunk(const int32_t* tokens, const uint8_t* want_logits, const uint8_t* want_hidden, int64_t n,
+                std::vector<float>& logits, std::vector<float>* hidden, Tracer* trace);
+  void RunMtp(int64_t module, const int32_t* tokens, const float* hidden_in, const uint8_t* want_logits, int64_t n,
+              std::vector<float>& logits, std::vector<float>& hidden_out, Tracer* trace);
+  // lm_head on `rows` normed rows (split: this rank's vocabulary rows, gathered).
+  void LmHead(const float* normed, int64_t rows, float* out);
   // Checks a cache handed to Forward / ForwardMtp has this model's layers up to `layers`.
   Status CheckCacheLayout(const SequenceCache& cache, size_t index, int64_t layers) const;
   // One decoder layer on hidden_ [n, hidden] in place: h += attn(rmsnorm(h)); h += moe(rmsnorm(h)).

@@ -20,7 +20,7 @@
 namespace m2 {
 
 void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int64_t layer, const float* x, int64_t n, float* out,
-                Scratch& s, ThreadPool& pool, Tracer* trace) {
+                Scratch& s, ThreadPool& pool, Parallel* par, Tracer* trace) {
   const int64_t E = cfg.num_local_experts, K = cfg.num_experts_per_tok, Hd = cfg.hidden_size;
   const int64_t I = cfg.intermediate_size;
   s.router.resize(static_cast<size_t>(n * E));
@@ -97,7 +97,10 @@ void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int64_t layer, cons
     // Group the chunk's (token, slot) pairs by expert; each used expert runs once.
     GroupByKey(p0, c1 * K, E, [&](int64_t i) { return chosen[i]; }, s.expert_start, s.expert_next, s.pair_flat);
     s.used.clear();
-    for (int64_t e = 0; e < E; ++e)
+    // This rank's experts (all of them in one process).
+    const int64_t e_lo = par ? par->plan.expert_first[par->plan.rank] : 0;
+    const int64_t e_hi = par ? par->plan.expert_first[par->plan.rank + 1] : E;
+    for (int64_t e = e_lo; e < e_hi; ++e)
       if (!by_expert(e).empty()) s.used.push_back(static_cast<int32_t>(e));
     // Biggest first, so the last experts handed out are small (balances the threads).
     // (std::sort with a tie-break: stable_sort would allocate.)
@@ -134,6 +137,26 @@ void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int64_t layer, cons
       if (es.gate.size() < rows * I) es.gate.resize(rows * I), es.up.resize(rows * I);
       if (es.down.size() < rows * Hd) es.down.resize(rows * Hd);
       for (int64_t i = 0; i < used; ++i) run_expert(s.used[i], p0, es, true);
+    }
+
+    if (par) {
+      // Each rank's experts are consecutive, so their pairs are one run of pair_flat:
+      // send ours in that order, receive everyone's in pair_flat order.
+      const auto& ef = par->plan.expert_first;
+      const int R = par->plan.ranks;
+      s.pair_bytes.resize(static_cast<size_t>(R));
+      for (int r = 0; r < R; ++r)
+        s.pair_bytes[static_cast<size_t>(r)] =
+            (s.expert_start[ef[r + 1]] - s.expert_start[ef[r]]) * Hd * static_cast<int64_t>(sizeof(float));
+      const int64_t k_lo = s.expert_start[e_lo], k_hi = s.expert_start[e_hi];
+      const int64_t pairs = (c1 - c0) * K;
+      s.pairs_send.resize(static_cast<size_t>((k_hi - k_lo) * Hd));
+      s.pairs_recv.resize(static_cast<size_t>(pairs * Hd));
+      for (int64_t k = k_lo; k < k_hi; ++k)
+        std::copy_n(&s.pair_out[(s.pair_flat[k] - p0) * Hd], Hd, &s.pairs_send[(k - k_lo) * Hd]);
+      par->GatherBytes(s.pairs_send.data(), s.pair_bytes, s.pairs_recv.data());
+      for (int64_t k = 0; k < pairs; ++k)
+        if (k < k_lo || k >= k_hi) std::copy_n(&s.pairs_recv[k * Hd], Hd, &s.pair_out[(s.pair_flat[k] - p0) * Hd]);
     }
 
     // out[t] = sum over t's slots, in expert-index order, of weight * expert output.
