@@ -8,6 +8,7 @@ pkgs=(
   libcpp-httplib-dev                        # m2 serve (HTTP/1.1)
   python3-venv                              # the server tests drive it with the openai / anthropic SDKs
   libgtest-dev libgmock-dev                 # tests
+  libopenmpi-dev openmpi-bin curl           # --parallel (one model over MPI ranks) and its mpirun test
   clang libclang-rt-14-dev                  # libFuzzer + sanitizer runtimes for scripts/fuzz.sh
 )
 missing=()

@@ -79,6 +79,35 @@ void Prefault(const TensorStore& store) {
   (void)sink;
 }
 
+void Prefault(const Model& m) {
+  if (m.ranks() == 1) return Prefault(m.store());
+  // A rank of a split model reads only its slices: bring in those pages, not the whole
+  // file (its resident memory is then its share, as it would be on a machine of its own).
+#ifndef MADV_POPULATE_READ
+  constexpr int MADV_POPULATE_READ = 22;
+#endif
+  const uintptr_t page = 4096;
+  const auto populate = [&](const void* data, int64_t bytes) {
+    if (data == nullptr || bytes <= 0) return;
+    const uintptr_t b = reinterpret_cast<uintptr_t>(data) & ~(page - 1);
+    const uintptr_t end = reinterpret_cast<uintptr_t>(data) + static_cast<uintptr_t>(bytes);
+    if (::madvise(reinterpret_cast<void*>(b), end - b, MADV_POPULATE_READ) != 0) {
+      volatile uint8_t sink = 0;
+      for (uintptr_t a = b; a < end; a += page) sink = sink + *reinterpret_cast<const uint8_t*>(a);
+      (void)sink;
+    }
+  };
+  auto& w = const_cast<ModelWeights&>(m.weights());
+  ForEachLinear(w, [&](LinearWeight& l) {
+    if (&l == &w.embed) return;  // read a row per token
+    int64_t scale_bytes = 0;
+    if (l.format == WeightFormat::kFp8Block) scale_bytes = 4 * l.scale_rows() * l.scale_cols();
+    if (l.format == WeightFormat::kQ8 || l.format == WeightFormat::kQ4) scale_bytes = 2 * l.rows * l.scale_cols();
+    populate(l.data, l.bytes() - scale_bytes);
+    populate(l.scale, scale_bytes);
+  });
+}
+
 Costs CountCosts(const Model& m) {
   const ModelConfig& c = m.config();
   const ModelWeights& w = m.weights();

@@ -20,6 +20,8 @@ double MeasurePeakFlops(ThreadPool& pool);
 int64_t PeakRssBytes();
 // Brings every page of the weights into memory (timings then measure compute and memory).
 void Prefault(const TensorStore& store);
+// The same for the weights this rank of a split model reads (the whole store otherwise).
+void Prefault(const Model& m);
 
 struct Costs {
   double linear_flops_per_token = 0;  // every layer's projections, router and top-k experts

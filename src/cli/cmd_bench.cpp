@@ -309,7 +309,7 @@ int Run(const BenchOptions& o) {
   if (o.competing_load) {
     auto model = LoadModel(o.model, {.pool = &pool, .activations = ActivationsOf(o.activations)}, *par);
     if (!model.ok()) return Fail(model.status());
-    Prefault((*model)->store());
+    Prefault(**model);
     return RunCompetingLoad(o, **model, pool);
   }
 
@@ -326,7 +326,7 @@ int Run(const BenchOptions& o) {
   if (!model.ok()) return Fail(model.status());
   Model& m = **model;
   const ModelConfig& c = m.config();
-  Prefault(m.store());
+  Prefault(m);
   const Costs costs = CountCosts(m);
   std::mt19937 rng(7);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size - 1));
