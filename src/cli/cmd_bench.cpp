@@ -590,9 +590,10 @@ int Run(const BenchOptions& o) {
                 100 * r["bandwidth_utilization"].get<double>());
   }
   if (!rank_rows.empty()) {
-    std::printf("\nsplit over %d ranks (--parallel), decode at context %lld, per rank and step (1 token):\n"
+    std::printf("\nsplit over %d ranks (--parallel); the figures above are rank 0's: its slice of the weights against "
+                "the bandwidth and peak of its own %d threads.\nDecode at context %lld, per rank and step (1 token):\n"
                 "%-5s %12s %12s %10s %12s %10s %12s %12s %12s\n",
-                m.ranks(), (long long)rank_rows[0]["context"].get<int32_t>(), "rank", "weights GiB", "RSS GiB",
+                m.ranks(), threads, (long long)rank_rows[0]["context"].get<int32_t>(), "rank", "weights GiB", "RSS GiB",
                 "step ms", "compute ms", "comm ms", "collectives", "KB sent", "KB received");
     for (const auto& r : rank_rows)
       std::printf("%-5d %12.3f %12.3f %10.3f %12.3f %10.3f %12.0f %12.1f %12.1f\n", r["rank"].get<int>(),

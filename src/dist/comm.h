@@ -5,6 +5,7 @@
 //  - AllGatherV: each rank's slice, concatenated in rank order, on every rank (attention
 //    heads, projection rows, expert outputs, logits: every value has exactly one owner, so
 //    nothing is summed in an order that depends on the number of ranks).
+//  - GatherV: the same, to one rank only (logits, which only rank 0 samples from).
 //  - AllGatherFixed: the same with one equal-size slice per rank (statistics).
 // A failure inside a collective is fatal to the process (MPI aborts the job, naming the
 // rank): a rank that dies takes the others down instead of leaving them waiting.
@@ -42,6 +43,8 @@ class Comm {
   // recv: sum(counts) bytes; rank r's `counts[r]` bytes land at offset sum(counts[0..r)).
   // send: counts[rank()] bytes.
   virtual void AllGatherV(const void* send, void* recv, std::span<const int64_t> counts) = 0;
+  // The same, received by `root` only (recv is not touched elsewhere and may be null there).
+  virtual void GatherV(const void* send, void* recv, std::span<const int64_t> counts, int root) = 0;
 
   // Ends every rank's process with this exit code (after an error that only some ranks
   // met, which would leave the others waiting in a collective).

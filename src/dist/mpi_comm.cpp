@@ -52,8 +52,17 @@ class MpiComm final : public Comm {
     Count(t0);
   }
 
-  // In 4-byte units (every payload is floats or int32), so up to 8 GiB per call.
   void AllGatherV(const void* send, void* recv, std::span<const int64_t> counts) override {
+    Gather(send, recv, counts, -1);
+  }
+  void GatherV(const void* send, void* recv, std::span<const int64_t> counts, int root) override {
+    Gather(send, recv, counts, root);
+  }
+
+ private:
+  // In 4-byte units (every payload is floats or int32), so up to 8 GiB per call. root -1:
+  // every rank receives.
+  void Gather(const void* send, void* recv, std::span<const int64_t> counts, int root) {
     const auto t0 = std::chrono::steady_clock::now();
     M2_CHECK(static_cast<int>(counts.size()) == size_, "all-gather: {} counts for {} ranks", counts.size(), size_);
     counts_.resize(counts.size());
@@ -66,15 +75,18 @@ class MpiComm final : public Comm {
       counts_[r] = static_cast<int>(counts[r] / 4);
       displs_[r] = static_cast<int>(at / 4);
       at += counts[r];
-      if (static_cast<int>(r) != rank_) stats_.bytes_received += counts[r];
+      if (static_cast<int>(r) != rank_ && (root < 0 || root == rank_)) stats_.bytes_received += counts[r];
     }
-    MPI_Allgatherv(send, counts_[static_cast<size_t>(rank_)], MPI_FLOAT, recv, counts_.data(), displs_.data(),
-                   MPI_FLOAT, MPI_COMM_WORLD);
-    stats_.bytes_sent += counts[static_cast<size_t>(rank_)];
+    if (root < 0)
+      MPI_Allgatherv(send, counts_[static_cast<size_t>(rank_)], MPI_FLOAT, recv, counts_.data(), displs_.data(),
+                     MPI_FLOAT, MPI_COMM_WORLD);
+    else
+      MPI_Gatherv(send, counts_[static_cast<size_t>(rank_)], MPI_FLOAT, recv, counts_.data(), displs_.data(),
+                  MPI_FLOAT, root, MPI_COMM_WORLD);
+    if (root != rank_) stats_.bytes_sent += counts[static_cast<size_t>(rank_)];  // the root keeps its own
     Count(t0);
   }
 
- private:
   void Count(std::chrono::steady_clock::time_point t0) {
     ++stats_.calls;
     stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -49,6 +49,15 @@ class ThreadComm final : public Comm {
   }
 
   void AllGatherV(const void* send, void* recv, std::span<const int64_t> counts) override {
+    Gather(send, recv, counts, -1);
+  }
+  void GatherV(const void* send, void* recv, std::span<const int64_t> counts, int root) override {
+    Gather(send, recv, counts, root);
+  }
+
+ private:
+  // root -1: every rank receives.
+  void Gather(const void* send, void* recv, std::span<const int64_t> counts, int root) {
     const auto t0 = std::chrono::steady_clock::now();
     M2_CHECK(static_cast<int>(counts.size()) == size_, "all-gather: {} counts for {} ranks", counts.size(), size_);
     g_->offers[static_cast<size_t>(rank_)] = {send, counts[static_cast<size_t>(rank_)]};
@@ -58,16 +67,16 @@ class ThreadComm final : public Comm {
       const auto& o = g_->offers[static_cast<size_t>(r)];
       const int64_t n = counts[static_cast<size_t>(r)];
       M2_CHECK(o.bytes == n, "all-gather: rank {} expects {} bytes from rank {}, which sends {}", rank_, n, r, o.bytes);
-      if (n > 0) std::memcpy(static_cast<char*>(recv) + at, o.data, static_cast<size_t>(n));
-      if (r != rank_) stats_.bytes_received += n;
+      const bool receive = root < 0 || root == rank_;
+      if (receive && n > 0) std::memcpy(static_cast<char*>(recv) + at, o.data, static_cast<size_t>(n));
+      if (receive && r != rank_) stats_.bytes_received += n;
       at += n;
     }
-    stats_.bytes_sent += counts[static_cast<size_t>(rank_)];
+    if (root != rank_) stats_.bytes_sent += counts[static_cast<size_t>(rank_)];  // the root keeps its own
     g_->barrier.arrive_and_wait();
     Count(t0);
   }
 
- private:
   void Count(std::chrono::steady_clock::time_point t0) {
     ++stats_.calls;
     stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -267,7 +267,8 @@ void Model::LmHead(const float* normed, int64_t rows, float* out) {
   }
   part_logits_.resize(static_cast<size_t>(rows * weights_.lm_head.rows));
   if (weights_.lm_head.rows > 0) LinearOnPool(weights_.lm_head, normed, rows, part_logits_.data(), *pool_);
-  par_->GatherColumns(part_logits_.data(), rows, par_->plan.vocab_first, out);
+  // Only rank 0 samples: the others' logits stay unset.
+  par_->GatherColumns(part_logits_.data(), rows, par_->plan.vocab_first, out, /*root=*/0);
 }
 
 Status Model::ForwardMtp(int64_t module, const MtpBatch& batch, std::span<const float> hidden_in,

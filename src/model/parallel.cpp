@@ -156,15 +156,20 @@ void Parallel::GatherBytes(const void* local, const std::vector<int64_t>& bytes,
   comm->AllGatherV(local, out, bytes);
 }
 
-void Parallel::GatherColumns(const float* local, int64_t n, const std::vector<int64_t>& first, float* out) {
+void Parallel::GatherColumns(const float* local, int64_t n, const std::vector<int64_t>& first, float* out, int root) {
   const int R = plan.ranks;
   const int64_t total = first[static_cast<size_t>(R)];
   counts.resize(static_cast<size_t>(R));
   for (int r = 0; r < R; ++r)
     counts[static_cast<size_t>(r)] =
         n * (first[static_cast<size_t>(r) + 1] - first[static_cast<size_t>(r)]) * static_cast<int64_t>(sizeof(float));
+  if (root >= 0 && root != plan.rank) {
+    comm->GatherV(local, nullptr, counts, root);
+    return;
+  }
   recv.resize(static_cast<size_t>(n * total));
-  comm->AllGatherV(local, recv.data(), counts);
+  if (root >= 0) comm->GatherV(local, recv.data(), counts, root);
+  else comm->AllGatherV(local, recv.data(), counts);
   const float* src = recv.data();
   for (int r = 0; r < R; ++r) {
     const int64_t c0 = first[static_cast<size_t>(r)], cols = first[static_cast<size_t>(r) + 1] - c0;

@@ -75,7 +75,8 @@ struct Parallel {
   std::vector<float> recv;
   // Every rank's local [n, cols_r] (cols_r = first[r+1] - first[r], row-major) side by
   // side into out [n, first[R]]: the columns of rank r at [first[r], first[r+1]).
-  void GatherColumns(const float* local, int64_t n, const std::vector<int64_t>& first, float* out);
+  // root >= 0: only that rank receives (out untouched elsewhere).
+  void GatherColumns(const float* local, int64_t n, const std::vector<int64_t>& first, float* out, int root = -1);
   // Every rank's `bytes[r]` bytes in rank order into out (AllGatherV).
   void GatherBytes(const void* local, const std::vector<int64_t>& bytes, void* out);
 };
