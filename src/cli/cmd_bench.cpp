@@ -49,7 +49,7 @@ nlohmann::json RankRows(const std::vector<RankStats>& a, const std::vector<RankS
     const double steps = static_cast<double>(b[r].forwards - a[r].forwards);
     if (steps <= 0) continue;
     const double step = (b[r].forward_seconds - a[r].forward_seconds) / steps;
-    const double comm = (b[r].comm.seconds - a[r].comm.seconds) / steps;
+    const double comm = (b[r].forward_comm_seconds - a[r].forward_comm_seconds) / steps;
     rows.push_back({{"rank", r}, {"context", context}, {"steps", steps}, {"weight_bytes", b[r].weight_bytes},
                     {"resident_bytes", b[r].resident_bytes}, {"seconds_per_step", step},
                     {"compute_seconds_per_step", step - comm}, {"communication_seconds_per_step", comm},
@@ -591,10 +591,10 @@ int Run(const BenchOptions& o) {
   }
   if (!rank_rows.empty()) {
     std::printf("\nsplit over %d ranks (--parallel); the figures above are rank 0's: its slice of the weights against "
-                "the bandwidth and peak of its own %d threads.\nDecode at context %lld, per rank and step (1 token):\n"
+                "the bandwidth and peak of its own %d threads.\nDecode at context %lld, per rank and step (1 token; a forward pass, split\ninto compute and collectives, waiting for the other ranks included; collectives and bytes of the passes):\n"
                 "%-5s %12s %12s %10s %12s %10s %12s %12s %12s\n",
                 m.ranks(), threads, (long long)rank_rows[0]["context"].get<int32_t>(), "rank", "weights GiB", "RSS GiB",
-                "step ms", "compute ms", "comm ms", "collectives", "KB sent", "KB received");
+                "pass ms", "compute ms", "comm ms", "collectives", "KB sent", "KB received");
     for (const auto& r : rank_rows)
       std::printf("%-5d %12.3f %12.3f %10.3f %12.3f %10.3f %12.0f %12.1f %12.1f\n", r["rank"].get<int>(),
                   r["weight_bytes"].get<double>() / double(1ull << 30), r["resident_bytes"].get<double>() / double(1ull << 30),

@@ -227,6 +227,7 @@ Status Model::Forward(const ForwardBatch& batch, std::span<SequenceCache* const>
 void Model::RunTrunk(const int32_t* tokens, const uint8_t* want_logits, const uint8_t* want_hidden, int64_t n,
                      std::vector<float>& logits, std::vector<float>* hidden, Tracer* trace) {
   const auto t0 = std::chrono::steady_clock::now();
+  const double comm0 = CommSeconds();
   const int64_t Hd = cfg_.hidden_size, V = cfg_.vocab_size;
   hidden_.resize(static_cast<size_t>(n * Hd));
   normed_.resize(static_cast<size_t>(n * Hd));
@@ -256,8 +257,13 @@ void Model::RunTrunk(const int32_t* tokens, const uint8_t* want_logits, const ui
     LmHead(normed_.data(), rows, logits.data() + base);
     if (trace) trace->Record("logits", logits.data() + base, {rows, V});
   }
+  CountForward(t0, comm0);
+}
+
+void Model::CountForward(std::chrono::steady_clock::time_point t0, double comm0) {
   ++forwards_;
   forward_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  forward_comm_seconds_ += CommSeconds() - comm0;
 }
 
 void Model::LmHead(const float* normed, int64_t rows, float* out) {
@@ -341,6 +347,7 @@ Status Model::ForwardMtp(int64_t module, const MtpBatch& batch, std::span<const 
 void Model::RunMtp(int64_t module, const int32_t* tokens, const float* hidden_in, const uint8_t* want_logits, int64_t n,
                    std::vector<float>& logits, std::vector<float>& hidden_out, Tracer* trace) {
   const auto t0 = std::chrono::steady_clock::now();
+  const double comm0 = CommSeconds();
   const int64_t Hd = cfg_.hidden_size, V = cfg_.vocab_size;
   const int64_t layer = mtp_cache_layer(module);
   const MtpWeights& w = weights_.mtp[static_cast<size_t>(module)];
@@ -377,8 +384,7 @@ void Model::RunMtp(int64_t module, const int32_t* tokens, const float* hidden_in
     LmHead(normed_.data(), rows, logits.data() + base);
     if (trace) trace->Record(name("logits"), logits.data() + base, {rows, V});
   }
-  ++forwards_;
-  forward_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CountForward(t0, comm0);
 }
 
 void Model::TruncateMtp(SequenceCache& cache, int64_t kept_tokens) const {

@@ -3,6 +3,7 @@
 // both, as a continuous-batching server or speculative verification needs).
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <span>
@@ -90,7 +91,8 @@ struct RankStats {
   int64_t resident_bytes = 0;    // the process's resident memory
   int64_t forwards = 0;          // forward passes run (trunk and MTP)
   double forward_seconds = 0;    // inside them, communication included
-  CommStats comm;                // its collectives (in forward passes and outside)
+  double forward_comm_seconds = 0;  // of which in collectives (waiting for other ranks included)
+  CommStats comm;                // all its collectives (ranks > 0: waiting for rank 0's next pass too)
 };
 
 class Model {
@@ -205,7 +207,13 @@ class Model {
   std::unordered_map<uint64_t, std::unique_ptr<KvBlockPool>> peer_pools_;  // ranks > 0: rank 0's pools
   std::vector<char> message_;
   int64_t weight_bytes_ = 0, forwards_ = 0;
-  double forward_seconds_ = 0;
+  double forward_seconds_ = 0, forward_comm_seconds_ = 0;
+  // Counts a forward pass that began at t0 with the communicator's clock at comm0.
+  void CountForward(std::chrono::steady_clock::time_point t0, double comm0);
+  // GatherRankStats with the communicator's figures as they were before the request for
+  // them (so that they cover the forward passes only).
+  std::vector<RankStats> GatherRankStats(const CommStats& before_request);
+  double CommSeconds() const { return par_ ? par_->comm->stats().seconds : 0.0; }
   std::vector<float> part_logits_;  // split lm_head: this rank's vocabulary rows
   // Rank 0: sends the pass about to run to the other ranks (kind: 1 trunk, 2 MTP module).
   void Announce(int32_t kind, int32_t module, std::span<const int32_t> tokens, std::span<const uint8_t> want_logits,

@@ -120,6 +120,7 @@ Status Model::Follow() {
   std::vector<float> logits, hidden_out;
   std::vector<int32_t> want_hidden_none;
   for (;;) {
+    const CommStats idle = comm.stats();  // before this message
     int64_t bytes = 0;
     comm.Broadcast(&bytes, sizeof bytes, 0);
     message_.resize(static_cast<size_t>(bytes));
@@ -129,7 +130,7 @@ Status Model::Follow() {
     const auto module = r.Get<int32_t>();
     if (kind == kShutdown) return Status::Ok();
     if (kind == kStats) {
-      GatherRankStats();
+      GatherRankStats(idle);
       continue;
     }
     M2_CHECK(kind == kTrunk || kind == kMtp, "rank {}: unknown message {} from rank 0", rank(), kind);
@@ -194,11 +195,16 @@ Status Model::Follow() {
 }
 
 std::vector<RankStats> Model::GatherRankStats() {
+  return GatherRankStats(par_ ? par_->comm->stats() : CommStats{});
+}
+
+std::vector<RankStats> Model::GatherRankStats(const CommStats& before_request) {
   RankStats mine;
   mine.weight_bytes = weight_bytes_;
   mine.resident_bytes = ResidentBytes();
   mine.forwards = forwards_;
   mine.forward_seconds = forward_seconds_;
+  mine.forward_comm_seconds = forward_comm_seconds_;
   if (!par_) {
     mine.comm = {};
     return {mine};
@@ -209,7 +215,7 @@ std::vector<RankStats> Model::GatherRankStats() {
     par_->comm->Broadcast(&bytes, sizeof bytes, 0);
     par_->comm->Broadcast(ask, bytes, 0);
   }
-  mine.comm = par_->comm->stats();
+  mine.comm = before_request;
   std::vector<RankStats> all(static_cast<size_t>(par_->plan.ranks));
   par_->comm->AllGatherFixed(&mine, sizeof mine, all.data());
   return all;
