@@ -2,6 +2,7 @@
 // announces each forward pass, the others follow.
 //
 // A message is one broadcast of its size, then one of its bytes:
+// (every array starting at a multiple of 8 bytes, zero padding before it):
 //   i32 kind, i32 module (kMtp), i64 n,
 //   n x i32 token, n x i64 position, n x i32 sequence, n x u8 want_logits,
 //   i64 sequences, per sequence: u64 pool id, i64 block_tokens, i32 kv dtype, i32 layers,
@@ -31,8 +32,11 @@ struct Writer {
     buf.resize(at + sizeof(T));
     std::memcpy(buf.data() + at, &v, sizeof(T));
   }
+  // Arrays start at a multiple of 8 bytes (the receiver reads them in place).
+  void Align() { buf.resize((buf.size() + 7) / 8 * 8); }
   template <class T>
   void Put(std::span<const T> v) {
+    Align();
     const size_t at = buf.size();
     buf.resize(at + v.size_bytes());
     if (!v.empty()) std::memcpy(buf.data() + at, v.data(), v.size_bytes());
@@ -52,6 +56,7 @@ struct Reader {
   }
   template <class T>
   const T* Array(int64_t n) {
+    at = (at + 7) / 8 * 8;
     M2_CHECK(n >= 0 && at + static_cast<size_t>(n) * sizeof(T) <= buf.size(), "message from rank 0 ends early");
     const T* p = reinterpret_cast<const T*>(buf.data() + at);
     at += static_cast<size_t>(n) * sizeof(T);
@@ -78,7 +83,9 @@ void Model::Announce(int32_t kind, int32_t module, std::span<const int32_t> toke
   w.Put(module);
   w.Put(n);
   w.Put(tokens);
+  w.Align();
   for (const TokenSlot& s : slots_) w.Put<int64_t>(s.pos);
+  w.Align();
   for (const TokenSlot& s : slots_) w.Put<int32_t>(s.seq);
   w.Put(want_logits);
   w.Put<int64_t>(static_cast<int64_t>(caches.size()));
