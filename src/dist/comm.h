@@ -11,6 +11,7 @@
 // rank): a rank that dies takes the others down instead of leaving them waiting.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -42,9 +43,11 @@ class Comm {
   virtual void Broadcast(void* data, int64_t bytes, int root) = 0;
   // recv: sum(counts) bytes; rank r's `counts[r]` bytes land at offset sum(counts[0..r)).
   // send: counts[rank()] bytes.
-  virtual void AllGatherV(const void* send, void* recv, std::span<const int64_t> counts) = 0;
+  void AllGatherV(const void* send, void* recv, std::span<const int64_t> counts) { Gather(send, recv, counts, -1); }
   // The same, received by `root` only (recv is not touched elsewhere and may be null there).
-  virtual void GatherV(const void* send, void* recv, std::span<const int64_t> counts, int root) = 0;
+  void GatherV(const void* send, void* recv, std::span<const int64_t> counts, int root) {
+    Gather(send, recv, counts, root);
+  }
 
   // Ends every rank's process with this exit code (after an error that only some ranks
   // met, which would leave the others waiting in a collective).
@@ -58,6 +61,13 @@ class Comm {
   const CommStats& stats() const { return stats_; }
 
  protected:
+  // AllGatherV (root -1) and GatherV.
+  virtual void Gather(const void* send, void* recv, std::span<const int64_t> counts, int root) = 0;
+  // Counts one collective that began at t0.
+  void Count(std::chrono::steady_clock::time_point t0) {
+    ++stats_.calls;
+    stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   CommStats stats_;
 
  private:

@@ -52,17 +52,10 @@ class MpiComm final : public Comm {
     Count(t0);
   }
 
-  void AllGatherV(const void* send, void* recv, std::span<const int64_t> counts) override {
-    Gather(send, recv, counts, -1);
-  }
-  void GatherV(const void* send, void* recv, std::span<const int64_t> counts, int root) override {
-    Gather(send, recv, counts, root);
-  }
-
  private:
   // In 4-byte units (every payload is floats or int32), so up to 8 GiB per call. root -1:
   // every rank receives.
-  void Gather(const void* send, void* recv, std::span<const int64_t> counts, int root) {
+  void Gather(const void* send, void* recv, std::span<const int64_t> counts, int root) override {
     const auto t0 = std::chrono::steady_clock::now();
     M2_CHECK(static_cast<int>(counts.size()) == size_, "all-gather: {} counts for {} ranks", counts.size(), size_);
     counts_.resize(counts.size());
@@ -87,10 +80,6 @@ class MpiComm final : public Comm {
     Count(t0);
   }
 
-  void Count(std::chrono::steady_clock::time_point t0) {
-    ++stats_.calls;
-    stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
   int rank_ = 0, size_ = 1, local_size_ = 1;
   std::string name_;
   std::vector<int> counts_, displs_;

@@ -48,16 +48,9 @@ class ThreadComm final : public Comm {
     Count(t0);
   }
 
-  void AllGatherV(const void* send, void* recv, std::span<const int64_t> counts) override {
-    Gather(send, recv, counts, -1);
-  }
-  void GatherV(const void* send, void* recv, std::span<const int64_t> counts, int root) override {
-    Gather(send, recv, counts, root);
-  }
-
  private:
   // root -1: every rank receives.
-  void Gather(const void* send, void* recv, std::span<const int64_t> counts, int root) {
+  void Gather(const void* send, void* recv, std::span<const int64_t> counts, int root) override {
     const auto t0 = std::chrono::steady_clock::now();
     M2_CHECK(static_cast<int>(counts.size()) == size_, "all-gather: {} counts for {} ranks", counts.size(), size_);
     g_->offers[static_cast<size_t>(rank_)] = {send, counts[static_cast<size_t>(rank_)]};
@@ -77,10 +70,6 @@ class ThreadComm final : public Comm {
     Count(t0);
   }
 
-  void Count(std::chrono::steady_clock::time_point t0) {
-    ++stats_.calls;
-    stats_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
   std::shared_ptr<Group> g_;
   int rank_, size_;
 };
