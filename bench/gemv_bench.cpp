@@ -6,10 +6,14 @@
 //   ninja -C build gemv_bench && build/bench/gemv_bench [MiB per format, default 512]
 //   build/bench/gemv_bench --batch [MiB]   batched decode on all threads
 //   build/bench/gemv_bench --int8 [MiB]    q8 / q4: fp32 against int8 activations, all threads
+//   build/bench/gemv_bench --attention     decode attention over 1k-32k cached positions, one thread
+//   build/bench/gemv_bench --small         cache-resident small matrices (the bundled model's) at
+//                                           1-9 tokens, one thread, against the FMA peak
 //
 // Each format gets its own set of matrices of the given total size (well above the
 // last-level cache), walked in order once per repetition like the layers of a decode step.
 // Shapes: 3072 x 1536 (an M2 expert's down projection is 3072 x 1536, gate/up 1536 x 3072).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +25,7 @@
 
 #include "base/cpu.h"
 #include "base/thread_pool.h"
+#include "kernels/attention.h"
 #include "kernels/linear.h"
 #include "kernels/probe.h"
 
@@ -193,7 +198,124 @@ int Int8Mode(int64_t total) {
   return 0;
 }
 
+// Small cache-resident matrices (`gemv_bench --small`): the bundled model's shapes (hidden
+// 192, bf16), one thread, the kernel alone (no thread pool), 1-9 tokens: speculative
+// verification and batched decode of a model that lives in the cache are compute-bound,
+// so what matters is GFLOP/s against the FMA peak, and how the cost of k tokens grows
+// relative to one.
+int SmallMode() {
+  const bool avx512 = m2::ActiveIsa() == m2::KernelIsa::kAvx512;
+  double peak = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = Clock::now();
+    const double f = m2::FmaBurst(20'000'000);
+    peak = std::max(peak, f / Seconds(t0));
+  }
+  std::printf("one thread, %s kernels, fp32 FMA peak %.1f GFLOP/s; weights in cache\n", avx512 ? "avx512" : "avx2",
+              peak / 1e9);
+  std::printf("%-6s %6s %6s %6s %10s %8s %10s\n", "format", "rows", "cols", "tokens", "GFLOP/s", "of peak",
+              "vs 1 token");
+  for (auto [r, c] : {std::pair<int64_t, int64_t>{8192, 192}, {384, 192}, {192, 384}, {96, 192}, {192, 96}}) {
+    Set s = Make(m2::WeightFormat::kBF16, r, c, r * c * 2);
+    const m2::LinearWeight& w = s.mats[0];
+    double one = 0;
+    for (int64_t n : {1, 2, 3, 4, 5, 6, 8, 9}) {
+      std::vector<float> xs(static_cast<size_t>(n * c)), ys(static_cast<size_t>(n * r));
+      for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.01f * static_cast<float>(i));
+      // About 20 ms of work per repetition.
+      const int64_t iters = std::max<int64_t>(4, static_cast<int64_t>(2e9 / (2.0 * r * c * n)));
+      double best = 1e30;
+      for (int rep = 0; rep < 5; ++rep) {
+        const auto t0 = Clock::now();
+        for (int64_t i = 0; i < iters; ++i) {
+          const bool ok = avx512 ? m2::LinearRowsAvx512(w, xs.data(), n, ys.data(), 0, r)
+                                 : m2::LinearRowsAvx2(w, xs.data(), n, ys.data(), 0, r);
+          if (!ok) return 1;
+        }
+        best = std::min(best, Seconds(t0) / static_cast<double>(iters));
+      }
+      if (n == 1) one = best;
+      const double flops = 2.0 * static_cast<double>(r * c * n) / best;
+      std::printf("%-6s %6lld %6lld %6lld %10.1f %7.0f%% %9.2fx\n", "bf16", static_cast<long long>(r),
+                  static_cast<long long>(c), static_cast<long long>(n), flops / 1e9, 100.0 * flops / peak, best / one);
+    }
+  }
+  // q8 / q4 at M2's hidden size, a few rows (L2-resident), exact and int8 activations,
+  // through Linear() on a one-thread pool (int8 includes quantizing the activations): the
+  // kernels' own speed, which decode needs above the memory's per core.
+  std::printf("%-6s %-5s %6s %6s %6s %10s %10s\n", "format", "acts", "rows", "cols", "tokens", "GB/s", "GFLOP/s");
+  m2::ThreadPool one(1);
+  for (auto f : {m2::WeightFormat::kQ8, m2::WeightFormat::kQ4}) {
+    const int64_t r = 128, c = 3072;
+    Set s = Make(f, r, c, 1);
+    m2::LinearWeight w = s.mats[0];
+    for (int64_t n : {1, 2, 4, 8}) {
+      std::vector<float> xs(static_cast<size_t>(n * c)), ys(static_cast<size_t>(n * r));
+      for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.01f * static_cast<float>(i));
+      for (bool int8 : {false, true}) {
+        w.activations = int8 ? m2::ActivationMode::kInt8 : m2::ActivationMode::kExact;
+        const int64_t iters = std::max<int64_t>(4, static_cast<int64_t>(1e8 / (2.0 * r * c * n)));
+        double best = 1e30;
+        for (int rep = 0; rep < 40; ++rep) {  // short repetitions, the best: this VM loses whole time slices
+          const auto t0 = Clock::now();
+          for (int64_t i = 0; i < iters; ++i) m2::LinearOnPool(w, xs.data(), n, ys.data(), one);
+          best = std::min(best, Seconds(t0) / static_cast<double>(iters));
+        }
+        std::printf("%-6s %-5s %6lld %6lld %6lld %10.2f %10.1f\n", m2::WeightFormatName(f), int8 ? "int8" : "fp32",
+                    static_cast<long long>(r), static_cast<long long>(c), static_cast<long long>(n),
+                    static_cast<double>(w.bytes()) / best / 1e9, 2.0 * static_cast<double>(r * c * n) / best / 1e9);
+      }
+    }
+  }
+  return 0;
+}
+
+// Decode attention (`gemv_bench --attention`): one query token, one KV head with M2's GQA
+// group (6 query heads of 128) over a bf16 cache of 16-token blocks in shuffled order (as
+// a long-running pool hands them out), one thread. Reported as GB/s of K and V read,
+// GFLOP/s, and the time per position; a long context's decode step is made of these.
+int AttentionMode() {
+  const int64_t group = 6, D = 128, bt = 16, max_len = 32768;
+  const int64_t nblocks = max_len / bt;
+  std::vector<uint16_t> k(static_cast<size_t>(nblocks * bt * D)), v(k.size());
+  std::mt19937 rng(3);
+  for (auto& x : k) x = static_cast<uint16_t>(0x3c00 + rng() % 0x200 - 0x100 + ((rng() & 1) << 15));  // bf16 around +-2^-7
+  for (auto& x : v) x = static_cast<uint16_t>(0x3c00 + rng() % 0x200 - 0x100 + ((rng() & 1) << 15));
+  std::vector<int32_t> blocks(static_cast<size_t>(nblocks));
+  for (int64_t i = 0; i < nblocks; ++i) blocks[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  std::shuffle(blocks.begin(), blocks.end(), rng);
+  std::vector<float> q(static_cast<size_t>(group * D)), out(q.size()), scratch(static_cast<size_t>(m2::AttendScratchFloats(group, max_len)));
+  for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(0.37f * static_cast<float>(i));
+  std::printf("decode attention, one thread, %s kernels: %lld query heads per KV head, head_dim %lld, bf16 KV\n",
+              m2::IsaName(m2::ActiveIsa()), static_cast<long long>(group), static_cast<long long>(D));
+  std::printf("%8s %10s %10s %12s\n", "length", "GB/s", "GFLOP/s", "ns/position");
+  for (int64_t len : {1024, 4096, 8192, 32768}) {
+    m2::KvHeadView kv;
+    kv.k_base = k.data();
+    kv.v_base = v.data();
+    kv.blocks = blocks.data();
+    kv.block_stride = bt * D;
+    kv.head_offset = 0;
+    kv.block_tokens = bt;
+    kv.row_stride = D;
+    kv.length = len;
+    kv.dtype = m2::KvDtype::kBf16;
+    double best = 1e30;
+    for (int rep = 0; rep < 30; ++rep) {
+      const auto t0 = Clock::now();
+      m2::AttendGroup(q.data(), group, D, kv, 0.088f, scratch.data(), out.data());
+      best = std::min(best, Seconds(t0));
+    }
+    const double bytes = 2.0 * static_cast<double>(len * D * 2), flops = 4.0 * static_cast<double>(group * len * D);
+    std::printf("%8lld %10.2f %10.1f %12.2f\n", static_cast<long long>(len), bytes / best / 1e9, flops / best / 1e9,
+                best / static_cast<double>(len) * 1e9);
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--attention") == 0) return AttentionMode();
+  if (argc > 1 && std::strcmp(argv[1], "--small") == 0) return SmallMode();
   if (argc > 1 && std::strcmp(argv[1], "--batch") == 0) return BatchMode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
   if (argc > 1 && std::strcmp(argv[1], "--int8") == 0) return Int8Mode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
   const int64_t mib = argc > 1 ? std::atoll(argv[1]) : 512;
