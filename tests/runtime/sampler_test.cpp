@@ -359,8 +359,9 @@ TEST(Sampler, MatchesTheReferenceOnRandomRows) {
               for (double rep : penalties) {
                 SamplingParams p = P(t, k, tp, mp, rep);
                 p.seed = rng();
-                // A sanitizer build (~5x slower) draws fewer times per setting; every setting still runs.
-                ExpectLikeReference(p, logits, context, std::getenv("M2_SANITIZED") ? 3 : (n == 1000 ? 10 : 20),
+                // A sanitizer build (~5x slower; it is there to catch memory errors, which one
+                // draw per setting exercises) draws once per setting; every setting still runs.
+                ExpectLikeReference(p, logits, context, std::getenv("M2_SANITIZED") ? 1 : (n == 1000 ? 10 : 20),
                                     "kind " + std::to_string(kind));
                 if (HasFatalFailure()) return;
               }
@@ -386,7 +387,7 @@ TEST(Sampler, MatchesTheReferenceOnLargeRows) {
     for (int i = 0; i < 40; ++i) {
       SamplingParams p = P(pick(temperatures), pick(top_ks), pick(top_ps), pick(min_ps), pick(penalties));
       p.seed = rng();
-      ExpectLikeReference(p, logits, context, sanitized ? 6 : 30, "kind " + std::to_string(kind));
+      ExpectLikeReference(p, logits, context, sanitized ? 2 : 30, "kind " + std::to_string(kind));
       if (HasFatalFailure()) return;
     }
     // Plain sampling and top-p alone, the settings that sum over the whole row.
@@ -394,7 +395,7 @@ TEST(Sampler, MatchesTheReferenceOnLargeRows) {
       for (double tp : {1.0, 0.95}) {
         SamplingParams p = P(t, 0, tp);
         p.seed = rng();
-        ExpectLikeReference(p, logits, context, sanitized ? 20 : 100, "kind " + std::to_string(kind));
+        ExpectLikeReference(p, logits, context, sanitized ? 5 : 100, "kind " + std::to_string(kind));
         if (HasFatalFailure()) return;
       }
   }
