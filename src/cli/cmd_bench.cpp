@@ -10,12 +10,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -375,74 +377,92 @@ int Run(const BenchOptions& o) {
   }
 
   // Decode at a given context: the cache is filled with synthetic keys and values (the
-  // cost of attention does not depend on their values), then `decode_steps` tokens.
-  std::vector<std::vector<double>> decode_steps;  // per context: every timed step
-  std::vector<std::string> decode_errors;
-  std::vector<double> context_chunk_seconds;  // per context (0: not measured)
+  // cost of attention does not depend on their values), then `decode_steps` tokens. In one
+  // process the contexts take turns step by step (a step at 128, one at 2048, one at 8192,
+  // again), so a slow spell of the machine falls on all of them and their ratio holds even
+  // where single runs drift by 10-30%; split over ranks (--parallel) each context runs on
+  // its own, so that the per-rank statistics cover the first context's steps only.
+  std::vector<std::vector<double>> decode_steps(contexts->size());  // per context: every timed step
+  std::vector<std::string> decode_errors(contexts->size());
+  std::vector<double> context_chunk_seconds(contexts->size(), 0.0);  // per context (0: not measured)
   nlohmann::json rank_rows = nlohmann::json::array();  // --parallel: per rank, decode at the first context
-  for (int32_t C : *contexts) {
-    std::fprintf(stderr, "decode at context %d...\n", C);
-    SequenceCache cache(&kv_pool);
-    Status st = cache.Extend(C - 1);
-    const auto failed = [&](const Status& e) {
-      std::fprintf(stderr, "m2: error: decode at context %d: %s\n", C, e.message().c_str());
-      any_failed = true;
-      decode_steps.emplace_back();
-      decode_errors.push_back(e.message());
-      context_chunk_seconds.push_back(0);
-    };
-    if (!st.ok()) {
-      failed(st);
-      continue;
-    }
+  std::vector<std::unique_ptr<SequenceCache>> caches(contexts->size());
+  const auto failed = [&](size_t i, const Status& e) {
+    std::fprintf(stderr, "m2: error: decode at context %d: %s\n", (*contexts)[i], e.message().c_str());
+    any_failed = true;
+    decode_steps[i].clear();
+    decode_errors[i] = e.message();
+    caches[i].reset();
+  };
+  const auto fill = [&](size_t i) {
+    const int32_t C = (*contexts)[i];
+    caches[i] = std::make_unique<SequenceCache>(&kv_pool);
+    SequenceCache& cache = *caches[i];
+    if (Status st = cache.Extend(C - 1); !st.ok()) return failed(i, st);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       if (c.layer_type(l) == LayerType::kLightning) {  // a state of the same size at any context
         float* state = cache.State(l);
-        for (int64_t i = 0; i < c.lightning_state_floats(); ++i) state[i] = 0.01f * nd(rng);
+        for (int64_t j = 0; j < c.lightning_state_floats(); ++j) state[j] = 0.01f * nd(rng);
         continue;
       }
       const int64_t heads = cache.layout().layers[static_cast<size_t>(l)].kv_heads;  // this rank's (--parallel)
+      std::vector<float> k(static_cast<size_t>(c.head_dim)), v(k.size());
       for (int64_t p = 0; p + 1 < C; ++p)
         for (int64_t g = 0; g < heads; ++g) {
-          std::vector<float> k(static_cast<size_t>(c.head_dim)), v(k.size());
-          for (int64_t i = 0; i < c.head_dim; ++i) k[i] = nd(rng), v[i] = nd(rng);
+          for (int64_t j = 0; j < c.head_dim; ++j) k[j] = nd(rng), v[j] = nd(rng);
           StoreKv(k.data(), c.head_dim, *kv_dtype, cache.KRaw(l, p, g));
           StoreKv(v.data(), c.head_dim, *kv_dtype, cache.VRaw(l, p, g));
         }
     }
-    SequenceCache* cs[] = {&cache};
-    std::vector<double> steps;
-    std::vector<RankStats> before;
-    for (int s = 0; s <= o.decode_steps && st.ok(); ++s) {
-      if (s == 1 && m.ranks() > 1 && rank_rows.empty()) before = m.GatherRankStats();
-      ForwardBatch b;
-      b.Add(tok(rng), 0, true);
-      logits.clear();
-      const auto t0 = Clock::now();
-      st = m.Forward(b, cs, logits);
-      if (st.ok() && s > 0) steps.push_back(Seconds(t0, Clock::now()));  // step 0 warms up
+  };
+  // One decode step at context i (s = 0 warms up and is not timed).
+  const auto step = [&](size_t i, int s) {
+    SequenceCache* cs[] = {caches[i].get()};
+    ForwardBatch b;
+    b.Add(tok(rng), 0, true);
+    logits.clear();
+    const auto t0 = Clock::now();
+    if (Status st = m.Forward(b, cs, logits); !st.ok()) return failed(i, st);
+    if (s > 0) decode_steps[i].push_back(Seconds(t0, Clock::now()));
+  };
+  // Prefill at this context: a chunk of new prompt tokens appended to it (what a long
+  // conversation's next turn costs), logits for its last token.
+  const auto chunk = [&](size_t i) {
+    if (!caches[i] || o.context_chunk <= 0) return;
+    SequenceCache* cs[] = {caches[i].get()};
+    ForwardBatch b;
+    for (int j = 0; j < o.context_chunk; ++j) b.Add(tok(rng), 0, j + 1 == o.context_chunk);
+    logits.clear();
+    const auto t0 = Clock::now();
+    if (Status st = m.Forward(b, cs, logits); !st.ok()) return failed(i, st);
+    context_chunk_seconds[i] = Seconds(t0, Clock::now());
+  };
+  if (m.ranks() == 1) {
+    for (size_t i = 0; i < contexts->size(); ++i) {
+      std::fprintf(stderr, "filling a cache of context %d...\n", (*contexts)[i]);
+      fill(i);
     }
-    if (st.ok() && !before.empty()) rank_rows = RankRows(before, m.GatherRankStats(), C);
-    // Prefill at this context: a chunk of new prompt tokens appended to it (what a
-    // long conversation's next turn costs), logits for its last token.
-    double chunk_seconds = 0;
-    if (st.ok() && o.context_chunk > 0) {
-      ForwardBatch b;
-      for (int i = 0; i < o.context_chunk; ++i) b.Add(tok(rng), 0, i + 1 == o.context_chunk);
-      logits.clear();
-      const auto t0 = Clock::now();
-      st = m.Forward(b, cs, logits);
-      chunk_seconds = Seconds(t0, Clock::now());
+    std::fprintf(stderr, "decode, the contexts taking turns step by step...\n");
+    for (int s = 0; s <= o.decode_steps; ++s)
+      for (size_t i = 0; i < contexts->size(); ++i)
+        if (caches[i]) step(i, s);
+    for (size_t i = 0; i < contexts->size(); ++i) chunk(i);
+  } else {
+    for (size_t i = 0; i < contexts->size(); ++i) {
+      std::fprintf(stderr, "decode at context %d...\n", (*contexts)[i]);
+      fill(i);
+      std::vector<RankStats> before;
+      for (int s = 0; s <= o.decode_steps && caches[i]; ++s) {
+        if (s == 1 && i == 0) before = m.GatherRankStats();
+        step(i, s);
+      }
+      if (caches[i] && !before.empty()) rank_rows = RankRows(before, m.GatherRankStats(), (*contexts)[i]);
+      chunk(i);
+      caches[i].reset();  // one context's cache at a time
     }
-    if (!st.ok()) {
-      failed(st);
-      continue;
-    }
-    decode_steps.push_back(steps);
-    decode_errors.emplace_back();
-    context_chunk_seconds.push_back(chunk_seconds);
   }
+  caches.clear();
 
   nlohmann::json scaling;
   if (o.scaling && threads > 1 && !o.serving_only) {
@@ -526,6 +546,16 @@ int Run(const BenchOptions& o) {
                             static_cast<double>(C) * static_cast<double>(runtime::KvBytesPerToken(c, *kv_dtype)) +
                                 costs.state_bytes_per_token / 2},
                            {"bandwidth_utilization", bytes / per_token / bandwidth}, {"stats", StatsJson(st)}});
+    // Against the first context: the step-time ratio of the steps taken in turn (step s at
+    // this context over step s at the first), median and quartiles.
+    if (i > 0 && m.ranks() == 1 && decode_steps[0].size() == decode_steps[i].size() && !decode_steps[0].empty()) {
+      std::vector<double> ratio;
+      for (size_t s = 0; s < decode_steps[i].size(); ++s) ratio.push_back(decode_steps[i][s] / decode_steps[0][s]);
+      std::sort(ratio.begin(), ratio.end());
+      const auto at = [&ratio](double q) { return ratio[static_cast<size_t>(q * static_cast<double>(ratio.size() - 1))]; };
+      decode_rows.back()["step_time_vs_first"] = {{"context", (*contexts)[0]}, {"median", at(0.5)},
+                                                  {"p25", at(0.25)}, {"p75", at(0.75)}, {"pairs", ratio.size()}};
+    }
     if (context_chunk_seconds[i] > 0) {
       // The chunk's FLOPs: projections and experts per token, attention over the context.
       double flops = costs.linear_flops_per_token * o.context_chunk + costs.lm_head_flops;
@@ -589,6 +619,14 @@ int Run(const BenchOptions& o) {
                 r["weight_bytes_per_token"].get<double>() / 1e6, (r["kv_bytes_per_token"].get<double>() + r["state_bytes_per_token"].get<double>()) / 1e6,
                 100 * r["bandwidth_utilization"].get<double>());
   }
+  for (const auto& r : decode_rows)
+    if (r.contains("step_time_vs_first")) {
+      const auto& v = r["step_time_vs_first"];
+      std::printf("context %lld: a step takes %.3fx the time of one at context %lld (median of %d steps taken in turn; "
+                  "quartiles %.3f-%.3f)\n",
+                  (long long)r["context"].get<int64_t>(), v["median"].get<double>(), (long long)v["context"].get<int64_t>(),
+                  v["pairs"].get<int>(), v["p25"].get<double>(), v["p75"].get<double>());
+    }
   if (!rank_rows.empty()) {
     std::printf("\nsplit over %d ranks (--parallel); the figures above are rank 0's: its slice of the weights against "
                 "the bandwidth and peak of its own %d threads.\nDecode at context %lld, per rank and step (1 token; a forward pass, split\ninto compute and collectives, waiting for the other ranks included; collectives and bytes of the passes):\n"
