@@ -284,7 +284,7 @@ int AttentionMode() {
   std::vector<int32_t> blocks(static_cast<size_t>(nblocks));
   for (int64_t i = 0; i < nblocks; ++i) blocks[static_cast<size_t>(i)] = static_cast<int32_t>(i);
   std::shuffle(blocks.begin(), blocks.end(), rng);
-  std::vector<float> q(static_cast<size_t>(group * D)), out(q.size()), scratch(static_cast<size_t>(m2::AttendScratchFloats(group, max_len)));
+  std::vector<float> q(static_cast<size_t>(group * D)), out(q.size()), scratch(static_cast<size_t>(group * max_len));
   for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(0.37f * static_cast<float>(i));
   std::printf("decode attention, one thread, %s kernels: %lld query heads per KV head, head_dim %lld, bf16 KV\n",
               m2::IsaName(m2::ActiveIsa()), static_cast<long long>(group), static_cast<long long>(D));

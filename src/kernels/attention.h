@@ -36,15 +36,8 @@ void StoreKv(const float* src, int64_t n, KvDtype dtype, void* dst);
 // dst[0..n) = src[0..n) widened to fp32 (exact).
 void LoadKv(const void* src, int64_t n, KvDtype dtype, float* dst);
 
-// The scratch of AttendGroup: one row of scores per head, rows AttendScratchStride(length)
-// floats apart: the length rounded up to a cache line, plus one line, so that the heads'
-// rows never lie a multiple of 4 KiB apart (they would share one L1 set and alias in the
-// store-to-load checks: at lengths that are multiples of 1024 every head's scores did).
-inline int64_t AttendScratchStride(int64_t length) { return (length + 15) / 16 * 16 + 16; }
-inline int64_t AttendScratchFloats(int64_t group, int64_t length) { return group * AttendScratchStride(length); }
-
 // out[h, 0..D) = softmax_j(q[h] . K_j * scale) V_j, for h < group.
-// q: [group, D]; scratch: room for AttendScratchFloats(group, length) floats.
+// q: [group, D]; scratch: room for group * length floats.
 void AttendGroup(const float* q, int64_t group, int64_t head_dim, const KvHeadView& kv, float scale, float* scratch,
                  float* out);
 

@@ -112,8 +112,7 @@ void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t
   for (int64_t t = 0; t < n; ++t) longest = std::max<int64_t>(longest, slots[t].pos + 1);
   if (s.attn_scores.size() < static_cast<size_t>(pool.size())) s.attn_scores.resize(static_cast<size_t>(pool.size()));
   for (auto& sc : s.attn_scores)
-    if (sc.size() < static_cast<size_t>(AttendScratchFloats(group, longest)))
-      sc.resize(static_cast<size_t>(AttendScratchFloats(group, longest)));
+    if (sc.size() < static_cast<size_t>(group * longest)) sc.resize(static_cast<size_t>(group * longest));
   pool.ParallelFor(n * KV, 1, [&](int64_t i0, int64_t i1, int th) {
     std::vector<float>& scores = s.attn_scores[static_cast<size_t>(th)];
     for (int64_t i = i0; i < i1; ++i) {

@@ -60,7 +60,7 @@ void Check(const char* name, const Kernel& kernel, KvDtype dtype) {
       for (int64_t bt : {16, 64})
         for (int64_t len : {1, 17, 64, 200}) {
           const Arena a(D, bt, len, 2, 1, dtype, rng);
-          std::vector<float> q(group * D), scratch(AttendScratchFloats(group, len)), want(group * D), got(group * D, NAN);
+          std::vector<float> q(group * D), scratch(group * len), want(group * D), got(group * D, NAN);
           for (auto& f : q) f = 2.0f * nd(rng);  // peaked enough that the softmax matters
           const float scale = 1.0f / std::sqrt(static_cast<float>(D));
           AttendGroupPortable(q.data(), group, D, a.view, scale, scratch.data(), want.data());
@@ -107,7 +107,7 @@ TEST(AttentionKernels, PortableBf16MatchesF32OnRoundedData) {
           KvHeadView f;
           f.k_base = k.data(), f.v_base = v.data(), f.blocks = ids.data(), f.block_stride = bt * D;
           f.block_tokens = bt, f.row_stride = D, f.length = len, f.dtype = KvDtype::kF32;
-          std::vector<float> q(group * D), scratch(AttendScratchFloats(group, len)), want(group * D), got(group * D, NAN);
+          std::vector<float> q(group * D), scratch(group * len), want(group * D), got(group * D, NAN);
           for (auto& x : q) x = 2.0f * nd(rng);
           const float scale = 1.0f / std::sqrt(static_cast<float>(D));
           AttendGroupPortable(q.data(), group, D, f, scale, scratch.data(), want.data());
