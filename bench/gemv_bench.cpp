@@ -5,7 +5,8 @@
 //
 //   ninja -C build gemv_bench && build/bench/gemv_bench [MiB per format, default 512]
 //   build/bench/gemv_bench --batch [MiB]   batched decode on all threads
-//   build/bench/gemv_bench --int8 [MiB]    q8 / q4: fp32 against int8 activations, all threads
+//   build/bench/gemv_bench --int8 [MiB]    q8 / q4: fp32 against int8 activations (every int8
+//                                           kernel this CPU runs, taking turns), all threads
 //   build/bench/gemv_bench --attention     decode attention over 1k-32k cached positions, one thread
 //   build/bench/gemv_bench --small         cache-resident small matrices (the bundled model's) at
 //                                           1-9 tokens, one thread, against the FMA peak
@@ -20,6 +21,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -27,6 +29,7 @@
 #include "base/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/linear.h"
+#include "kernels/linear_int8.h"
 #include "kernels/probe.h"
 
 namespace {
@@ -168,30 +171,50 @@ int Int8Mode(int64_t total) {
   }
   std::printf("%d threads, %s kernels; parallel read %.2f GB/s, fp32 FMA peak %.1f GFLOP/s\n", pool.size(),
               m2::IsaName(m2::ActiveIsa()), best_read / 1e9, peak / 1e9);
-  std::printf("%-6s %-6s %6s %10s %8s %10s %8s\n", "format", "acts", "tokens", "GB/s", "of read", "GFLOP/s", "of peak");
-  const int64_t r = 1536, c = 3072;
+  // The int8 kernels this CPU can run, each called directly (activations quantized in the
+  // timed part, as Linear() does); the variants take turns within each repetition, so a
+  // slow spell of the machine hits them alike.
+  std::vector<m2::Int8RowsFn> kernels = {m2::LinearInt8RowsAvx2};
+  if (m2::Cpu().has_avx512() && m2::Cpu().avx512_vnni) kernels.push_back(m2::LinearInt8RowsAvx512Vnni);
+  if (m2::Cpu().avx_vnni) kernels.push_back(m2::LinearInt8RowsAvxVnni);
+  std::printf("%-6s %-16s %6s %10s %8s %10s %8s\n", "format", "acts", "tokens", "GB/s", "of read", "GFLOP/s",
+              "of peak");
+  const int64_t r = 1536, c = 3072, G = c / m2::kQuantGroup;
   for (auto f : {m2::WeightFormat::kQ8, m2::WeightFormat::kQ4}) {
     Set s = Make(f, r, c, total);
     for (int64_t n : {1, 2, 4, 8, 64, 128}) {
       std::vector<float> xs(static_cast<size_t>(n * c)), ys(static_cast<size_t>(n * r));
       for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.01f * static_cast<float>(i));
-      for (bool int8 : {false, true}) {
-        for (auto& w : s.mats) w.activations = int8 ? m2::ActivationMode::kInt8 : m2::ActivationMode::kExact;
-        // Prefill sizes walk fewer matrices: the time is compute, not memory.
-        const size_t mats = n > 8 ? std::min<size_t>(s.mats.size(), 48) : s.mats.size();
-        double best = 0;
-        for (int rep = 0; rep < 3; ++rep) {
+      std::vector<int8_t> q(static_cast<size_t>(n * c));
+      std::vector<float> dc(static_cast<size_t>(2 * n * G));
+      // Prefill sizes walk fewer matrices: the time is compute, not memory.
+      const size_t mats = n > 8 ? std::min<size_t>(s.mats.size(), 48) : s.mats.size();
+      const int variants = 1 + static_cast<int>(kernels.size());
+      std::vector<double> best(static_cast<size_t>(variants));
+      for (int rep = 0; rep < 3; ++rep)
+        for (int v = 0; v < variants; ++v) {
           int64_t bytes = 0;
           const auto t0 = Clock::now();
           for (size_t i = 0; i < mats; ++i) {
-            m2::LinearOnPool(s.mats[i], xs.data(), n, ys.data(), pool);
-            bytes += s.mats[i].bytes();
+            m2::LinearWeight& w = s.mats[i];
+            if (v == 0) {
+              w.activations = m2::ActivationMode::kExact;
+              m2::LinearOnPool(w, xs.data(), n, ys.data(), pool);
+            } else {
+              m2::QuantizeActivationsInt8Avx2(xs.data(), n, c, q.data(), dc.data(), dc.data() + n * G);
+              const m2::Int8Activations a{.q = q.data(), .d = dc.data(), .c = dc.data() + n * G, .n = n, .cols = c};
+              pool.ParallelFor(r, 16, [&](int64_t r0, int64_t r1, int) { kernels[v - 1](w, a, ys.data(), r0, r1); });
+            }
+            bytes += w.bytes();
           }
-          best = std::max(best, bytes / Seconds(t0));
+          best[v] = std::max(best[v], bytes / Seconds(t0));
         }
-        const double flops = best / static_cast<double>(s.mats[0].bytes()) * 2.0 * static_cast<double>(r * c * n);
-        std::printf("%-6s %-6s %6lld %10.2f %7.0f%% %10.1f %7.0f%%\n", m2::WeightFormatName(f), int8 ? "int8" : "fp32",
-                    static_cast<long long>(n), best / 1e9, 100.0 * best / best_read, flops / 1e9, 100.0 * flops / peak);
+      for (int v = 0; v < variants; ++v) {
+        const double flops = best[v] / static_cast<double>(s.mats[0].bytes()) * 2.0 * static_cast<double>(r * c * n);
+        const std::string acts = v == 0 ? "fp32" : std::string("int8 ") + m2::Int8RowsKernelName(kernels[v - 1]);
+        std::printf("%-6s %-16s %6lld %10.2f %7.0f%% %10.1f %7.0f%%\n", m2::WeightFormatName(f), acts.c_str(),
+                    static_cast<long long>(n), best[v] / 1e9, 100.0 * best[v] / best_read, flops / 1e9,
+                    100.0 * flops / peak);
       }
     }
   }

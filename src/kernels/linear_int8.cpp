@@ -69,4 +69,22 @@ bool LinearInt8RowsReference(const LinearWeight& w, const Int8Activations& a, fl
   return true;
 }
 
+Int8RowsFn Int8RowsKernel(KernelIsa isa, const CpuFeatures& cpu) {
+  switch (isa) {
+    case KernelIsa::kPortable: return LinearInt8RowsReference;
+    case KernelIsa::kAvx512:
+      if (cpu.avx512_vnni) return LinearInt8RowsAvx512Vnni;
+      return cpu.avx_vnni ? LinearInt8RowsAvxVnni : LinearInt8RowsAvx2;
+    case KernelIsa::kAvx2: return cpu.avx_vnni && !cpu.has_avx512() ? LinearInt8RowsAvxVnni : LinearInt8RowsAvx2;
+  }
+  return LinearInt8RowsReference;
+}
+
+const char* Int8RowsKernelName(Int8RowsFn fn) {
+  if (fn == LinearInt8RowsAvx2) return "avx2";
+  if (fn == LinearInt8RowsAvx512Vnni) return "avx512vnni";
+  if (fn == LinearInt8RowsAvxVnni) return "avxvnni";
+  return "reference";
+}
+
 }  // namespace m2

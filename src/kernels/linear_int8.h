@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "base/cpu.h"
 #include "kernels/linear.h"
 
 namespace m2 {
@@ -40,10 +41,22 @@ void QuantizeActivationsInt8(const float* x, int64_t n, int64_t cols, int8_t* q,
 void QuantizeActivationsInt8Avx2(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, float* c);
 
 // y[t][r] for rows [r0, r1) of a q8 / q4 weight and all n tokens of `a`. The portable
-// reference (integer dot per group, then fp32 sums in group order) and the AVX2 kernel
-// (also run on AVX-512 machines; it needs AVX2, FMA and F16C). Both return false for a
-// format they do not handle.
+// reference (integer dot per group, then fp32 sums in group order) and the x86 kernels
+// (linear_int8_simd.inc), which give each other's bits: AVX2 (needs AVX2, FMA and F16C),
+// AVX-512 VNNI (also AVX-512 F/BW/VL) and AVX-VNNI (AVX2 + AVX-VNNI). All return false for
+// a format they do not handle. Int8RowsKernel picks one.
 bool LinearInt8RowsReference(const LinearWeight& w, const Int8Activations& a, float* y, int64_t r0, int64_t r1);
 bool LinearInt8RowsAvx2(const LinearWeight& w, const Int8Activations& a, float* y, int64_t r0, int64_t r1);
+bool LinearInt8RowsAvx512Vnni(const LinearWeight& w, const Int8Activations& a, float* y, int64_t r0, int64_t r1);
+bool LinearInt8RowsAvxVnni(const LinearWeight& w, const Int8Activations& a, float* y, int64_t r0, int64_t r1);
+
+using Int8RowsFn = bool (*)(const LinearWeight&, const Int8Activations&, float*, int64_t, int64_t);
+// The kernel for a kernel family on a CPU: portable -> the reference; avx512 -> AVX-512
+// VNNI where the CPU has it, else AVX-VNNI, else AVX2; avx2 -> AVX-VNNI on a CPU that has
+// it and no AVX-512 (Intel's cores since Alder Lake), else plain AVX2, so that
+// M2_KERNELS=avx2 on an AVX-512 machine runs what an AVX2-only CPU runs.
+Int8RowsFn Int8RowsKernel(KernelIsa isa, const CpuFeatures& cpu);
+// Its name, for benchmarks and logs: "reference", "avx2", "avx512vnni" or "avxvnni".
+const char* Int8RowsKernelName(Int8RowsFn fn);
 
 }  // namespace m2

@@ -313,12 +313,12 @@ TEST(Int8ActivationsTest, QuantizedWithinHalfAStep) {
   }
 }
 
-// The AVX2 kernel against the portable one: the same integer dot per group, so only the
-// fp32 summation order differs. Every token count up to 9 (tiles of 4 and their rests),
-// odd row counts, and column counts whose groups are not a multiple of 8 (the q4
-// correction's rest).
-TEST(Int8ActivationsTest, Avx2MatchesTheReference) {
-  if (!Cpu().has_avx2()) GTEST_SKIP() << "this CPU has no AVX2";
+// The x86 kernels against the portable one: the same integer dot per group, so only the
+// fp32 summation order differs; and the VNNI builds against the AVX2 one, bit for bit
+// (same int32 dots, same fp32 order). Every token count up to 9 (tiles of 4 and their
+// rests), odd row counts, and column counts whose groups are not a multiple of 8 (the q4
+// correction's rest). Each kernel runs where this CPU has its instructions.
+void CheckInt8Kernel(Int8RowsFn kernel) {
   std::mt19937 rng(9);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (const Case& c : std::vector<Case>{{WeightFormat::kQ8, 37, 96},
@@ -334,8 +334,13 @@ TEST(Int8ActivationsTest, Avx2MatchesTheReference) {
       std::vector<float> ref(static_cast<size_t>(n * c.rows)), got(ref.size(), -1.0f);
       ASSERT_TRUE(LinearInt8RowsReference(m.w, in.a, ref.data(), 0, c.rows));
       // Two row ranges: a row's result must not depend on which rows share its pass.
-      ASSERT_TRUE(LinearInt8RowsAvx2(m.w, in.a, got.data(), 0, c.rows / 2 + 1));
-      ASSERT_TRUE(LinearInt8RowsAvx2(m.w, in.a, got.data(), c.rows / 2 + 1, c.rows));
+      ASSERT_TRUE(kernel(m.w, in.a, got.data(), 0, c.rows / 2 + 1));
+      ASSERT_TRUE(kernel(m.w, in.a, got.data(), c.rows / 2 + 1, c.rows));
+      if (kernel != LinearInt8RowsAvx2) {
+        std::vector<float> avx2(ref.size());
+        ASSERT_TRUE(LinearInt8RowsAvx2(m.w, in.a, avx2.data(), 0, c.rows));
+        ASSERT_EQ(got, avx2) << Int8RowsKernelName(kernel) << " " << WeightFormatName(c.format) << " n=" << n;
+      }
       for (int64_t t = 0; t < n; ++t)
         for (int64_t r = 0; r < c.rows; ++r) {
           double mag = 0;  // sum of |w x| as quantized: the scale of the rounding error
@@ -343,10 +348,40 @@ TEST(Int8ActivationsTest, Avx2MatchesTheReference) {
             mag += std::fabs(m.exact[r * c.cols + j] * in.q[t * c.cols + j] * in.d[t * c.cols / 32 + j / 32]);
           const size_t k = static_cast<size_t>(t * c.rows + r);
           ASSERT_NEAR(got[k], ref[k], 4e-6 * mag + 1e-6)
-              << WeightFormatName(c.format) << " " << c.rows << "x" << c.cols << " n=" << n << " t=" << t << " r=" << r;
+              << Int8RowsKernelName(kernel) << " " << WeightFormatName(c.format) << " " << c.rows << "x" << c.cols << " n=" << n << " t=" << t << " r=" << r;
         }
     }
   }
+}
+
+TEST(Int8ActivationsTest, Avx2MatchesTheReference) {
+  if (!Cpu().has_avx2()) GTEST_SKIP() << "this CPU has no AVX2";
+  CheckInt8Kernel(LinearInt8RowsAvx2);
+}
+
+TEST(Int8ActivationsTest, Avx512VnniMatchesAvx2AndTheReference) {
+  if (!Cpu().has_avx512() || !Cpu().avx512_vnni) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: " << Cpu().Describe();
+  CheckInt8Kernel(LinearInt8RowsAvx512Vnni);
+}
+
+TEST(Int8ActivationsTest, AvxVnniMatchesAvx2AndTheReference) {
+  if (!Cpu().has_avx2() || !Cpu().avx_vnni) GTEST_SKIP() << "this CPU has no AVX-VNNI: " << Cpu().Describe();
+  CheckInt8Kernel(LinearInt8RowsAvxVnni);
+}
+
+// Which kernel each family runs: forcing avx2 on a bigger CPU runs plain AVX2.
+TEST(Int8ActivationsTest, KernelChoice) {
+  CpuFeatures all;
+  all.avx2 = all.fma = all.f16c = all.avx512f = all.avx512bw = all.avx512vl = all.avx512_vnni = all.avx_vnni = true;
+  EXPECT_STREQ(Int8RowsKernelName(Int8RowsKernel(KernelIsa::kAvx512, all)), "avx512vnni");
+  EXPECT_STREQ(Int8RowsKernelName(Int8RowsKernel(KernelIsa::kAvx2, all)), "avx2");
+  EXPECT_STREQ(Int8RowsKernelName(Int8RowsKernel(KernelIsa::kPortable, all)), "reference");
+  CpuFeatures client = all;  // AVX-VNNI without AVX-512
+  client.avx512f = client.avx512bw = client.avx512vl = client.avx512_vnni = false;
+  EXPECT_STREQ(Int8RowsKernelName(Int8RowsKernel(KernelIsa::kAvx2, client)), "avxvnni");
+  CpuFeatures older = all;  // AVX-512 without VNNI (Skylake-SP)
+  older.avx512_vnni = older.avx_vnni = false;
+  EXPECT_STREQ(Int8RowsKernelName(Int8RowsKernel(KernelIsa::kAvx512, older)), "avx2");
 }
 
 // Linear() with the flag: within the bound the quantization allows of the exact product,
