@@ -11,12 +11,13 @@ void AddThreadsFlag(CLI::App* cmd, int& threads) {
 
 void AddActivationsFlag(CLI::App* cmd, std::string& value, const std::string& name) {
   cmd->add_option(name, value,
-                  "How q8 / q4 weights are multiplied: exact (default: fp32 activations) or int8 (activations "
-                  "quantized per 32 values, integer dot products: faster decoding, not exact; the README gives its "
-                  "cost). int8 applies to decode steps; prompts of more than 8 tokens are prefilled exactly, except "
-                  "by m2 perplexity, which uses int8 for every token so that its KL covers them all. Other weight "
-                  "formats are always exact")
-      ->check(CLI::IsMember({"exact", "int8"}));
+                  "How weights meet their activations: exact (default: fp32 activations); int8 (q8 / q4 weights: "
+                  "activations quantized per 32 values, integer dot products: faster decoding, not exact; it "
+                  "applies to decode steps, prompts of more than 8 tokens are prefilled exactly, except by m2 "
+                  "perplexity, which uses int8 for every token so that its KL covers them all); bf16 (bf16 and FP8 "
+                  "weights on CPUs with AVX-512 BF16: prompts prefilled with activations rounded to bf16 and "
+                  "vdpbf16ps, decode steps exact). The README gives what each costs. Other weight formats stay exact")
+      ->check(CLI::IsMember({"exact", "int8", "bf16"}));
 }
 
 void AddEngineFlags(CLI::App* cmd, EngineFlags& f, bool serving) {

@@ -15,7 +15,9 @@
 #include <fmt/format.h>
 
 #include "base/progress.h"
+#include "base/cpu.h"
 #include "kernels/linear.h"
+#include "kernels/linear_bf16.h"
 #include "kernels/ops.h"
 
 namespace m2 {
@@ -36,7 +38,28 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& path, const LoadOp
     M2_ASSIGN_OR_RETURN(m->weights_, LoadModelWeights(m->cfg_, *m->store_,
                                                       [&](int64_t i, int64_t) { p.Update(static_cast<uint64_t>(i)); }));
   }
-  if (opts.activations != ActivationMode::kExact) {
+  if (opts.activations == ActivationMode::kBf16Prefill) {
+    if (!Bf16GemmAvailable())
+      return Error("--activations bf16 needs a CPU with AVX-512 BF16 (vdpbf16ps) and the avx512 kernels; this one has "
+                   "{} and runs the {} kernels",
+                   Cpu().Describe(), IsaName(ActiveIsa()));
+    int64_t eligible = 0;
+    ForEachLinear(m->weights_, [&](LinearWeight& w) {
+      if (w.format != WeightFormat::kBF16 && w.format != WeightFormat::kFp8Block) return;
+      w.activations = opts.activations;
+      ++eligible;
+    });
+    if (eligible == 0)
+      return Error("--activations bf16 needs bf16 or FP8 weights; this checkpoint has none (q8 / q4 have int8)");
+    // The MoE routers stay exact: a rounded activation can flip a close choice of experts
+    // (the reference routes in fp32), and they are a tiny part of the work. So does the
+    // output head: a prompt's prefill computes logits for its last token only (decode
+    // kernels, exact anyway), and m2 perplexity's KL then measures the hidden states.
+    const auto exact = [](LinearWeight& w) { w.activations = ActivationMode::kExact; };
+    exact(m->weights_.lm_head);
+    for (LayerWeights& l : m->weights_.layers) exact(l.moe.gate);
+    for (MtpWeights& t : m->weights_.mtp) exact(t.layer.moe.gate);
+  } else if (opts.activations != ActivationMode::kExact) {
     int64_t quantized = 0;
     ForEachLinear(m->weights_, [&](LinearWeight& w) {
       if (w.format != WeightFormat::kQ8 && w.format != WeightFormat::kQ4) return;

@@ -449,3 +449,97 @@ TEST(Int8ActivationsTest, DecodeModeIsInt8UpToTheGemvLimitOnly) {
 
 }  // namespace
 }  // namespace m2
+
+#include "kernels/linear_bf16.h"
+
+namespace m2 {
+namespace {
+
+float Bf16Value(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// The rounding vcvtneps2bf16 does: to nearest, ties to even; subnormals to signed zero;
+// infinities kept; NaN stays NaN.
+TEST(Bf16ActivationsTest, RoundToBf16) {
+  EXPECT_EQ(RoundToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(RoundToBf16(-2.5f), 0xc020);
+  EXPECT_EQ(RoundToBf16(1.0f + 1.0f / 256), 0x3f80);                  // a tie: to the even 1.0
+  EXPECT_EQ(RoundToBf16(1.0f + 3.0f / 256), 0x3f82);                  // a tie: to the even 1 + 2/128
+  EXPECT_EQ(RoundToBf16(1.0f + 1.0f / 256 + 1.0f / 65536), 0x3f81);   // above the tie: up
+  EXPECT_EQ(RoundToBf16(std::numeric_limits<float>::denorm_min()), 0x0000);
+  EXPECT_EQ(RoundToBf16(-1e-40f), 0x8000);
+  EXPECT_EQ(RoundToBf16(std::numeric_limits<float>::infinity()), 0x7f80);
+  EXPECT_EQ(RoundToBf16(std::numeric_limits<float>::max()), 0x7f80);  // rounds up past the largest bf16
+  EXPECT_TRUE(std::isnan(Bf16Value(RoundToBf16(std::numeric_limits<float>::quiet_NaN()))));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 100.0f);
+  for (int i = 0; i < 1000; ++i) {  // within half a bf16 step
+    const float f = nd(rng), r = Bf16Value(RoundToBf16(f));
+    ASSERT_LE(std::fabs(r - f), std::fabs(f) * (1.0f / 256) + 1e-30f) << f;
+  }
+}
+
+// Linear() with kBf16Prefill: for more than kMaxGemvTokens tokens the result is the exact
+// product of the weights with x rounded to bf16 (up to fp32 summation: the same bound as
+// the exact kernels' tests, on the rounded x), and not the fp32 product; up to
+// kMaxGemvTokens it is the exact path, bit for bit. Shapes: rows not a multiple of the
+// 12-row panel, columns not a multiple of the 256-column chunk, partial FP8 blocks and an
+// FP8 tail shorter than 32, token counts with tiles of 16 and 32 and chunks of 128.
+TEST(Bf16ActivationsTest, PrefillIsTheProductWithBf16RoundedActivations) {
+  if (!Bf16GemmAvailable()) GTEST_SKIP() << "no AVX-512 BF16 here (or M2_KERNELS forces another family): " << Cpu().Describe();
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const Case& c : std::vector<Case>{{WeightFormat::kBF16, 37, 96},
+                                         {WeightFormat::kBF16, 50, 600},
+                                         {WeightFormat::kFp8Block, 200, 328},
+                                         {WeightFormat::kFp8Block, 13, 264}}) {
+    Weight m = Make(c, rng);
+    for (int64_t n : {int64_t{1}, kMaxGemvTokens, int64_t{9}, int64_t{16}, int64_t{33}, int64_t{67}, int64_t{150}}) {
+      std::vector<float> x(static_cast<size_t>(n * c.cols));
+      for (auto& v : x) v = nd(rng);
+      std::vector<float> exact(static_cast<size_t>(n * c.rows)), got(exact.size());
+      m.w.activations = ActivationMode::kExact;
+      Linear(m.w, x.data(), n, exact.data());
+      m.w.activations = ActivationMode::kBf16Prefill;
+      Linear(m.w, x.data(), n, got.data());
+      if (n <= kMaxGemvTokens) {
+        EXPECT_EQ(got, exact) << "n=" << n;
+        continue;
+      }
+      EXPECT_NE(got, exact) << "n=" << n;
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t r = 0; r < c.rows; ++r) {
+          long double sum = 0, mag = 0;
+          for (int64_t j = 0; j < c.cols; ++j) {
+            const double p = static_cast<double>(m.exact[r * c.cols + j]) *
+                             Bf16Value(RoundToBf16(x[t * c.cols + j]));
+            sum += p;
+            mag += std::fabs(p);
+          }
+          const float y = got[t * c.rows + r];
+          ASSERT_NEAR(y, static_cast<double>(sum), static_cast<double>(mag) * c.cols * 6e-8 + 1e-6)
+              << WeightFormatName(c.format) << " " << c.rows << "x" << c.cols << " n=" << n << " t=" << t << " r=" << r;
+        }
+    }
+  }
+}
+
+// A NaN in the input comes out as NaN in its token's outputs.
+TEST(Bf16ActivationsTest, NanInNanOut) {
+  if (!Bf16GemmAvailable()) GTEST_SKIP() << "no AVX-512 BF16 here";
+  std::mt19937 rng(23);
+  Weight m = Make({WeightFormat::kFp8Block, 24, 256}, rng);
+  m.w.activations = ActivationMode::kBf16Prefill;
+  std::vector<float> x(static_cast<size_t>(20 * 256), 0.25f), y(static_cast<size_t>(20 * 24));
+  x[5 * 256 + 17] = std::numeric_limits<float>::quiet_NaN();
+  Linear(m.w, x.data(), 20, y.data());
+  for (int64_t t = 0; t < 20; ++t)
+    for (int64_t r = 0; r < 24; ++r) ASSERT_EQ(std::isnan(y[t * 24 + r]), t == 5) << t << " " << r;
+}
+
+}  // namespace
+}  // namespace m2

@@ -1,0 +1,27 @@
+// Portable part of the bf16-activation prefill path (linear_bf16.h).
+#include "kernels/linear_bf16.h"
+
+#include <cstring>
+
+#include "base/cpu.h"
+
+namespace m2 {
+
+bool Bf16GemmAvailable() { return ActiveIsa() == KernelIsa::kAvx512 && Cpu().avx512_bf16; }
+
+bool UsesBf16Gemm(const LinearWeight& w, int64_t n) {
+  if (w.activations != ActivationMode::kBf16Prefill || n <= kMaxGemvTokens || w.cols % 2 != 0) return false;
+  if (w.format == WeightFormat::kBF16) return true;
+  return w.format == WeightFormat::kFp8Block && w.block_cols >= 16 && (w.block_cols & (w.block_cols - 1)) == 0;
+}
+
+uint16_t RoundToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) == 0) return static_cast<uint16_t>((u >> 16) & 0x8000u);  // zero or subnormal
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // NaN, quieted
+  u += 0x7fffu + ((u >> 16) & 1u);  // to nearest, ties to even (a carry into the exponent is right)
+  return static_cast<uint16_t>(u >> 16);
+}
+
+}  // namespace m2

@@ -1,0 +1,47 @@
+// The bf16-activation prefill path (`--activations bf16`): on CPUs with AVX-512 BF16, the
+// prefill GEMM of bf16 and FP8 weights rounds the activations to bf16 and multiplies with
+// vdpbf16ps, which does two multiply-adds per fp32 lane where an FMA does one (the
+// products are exact in fp32; the sums are fp32 as before).
+//
+// The weights stay exact: bf16 weights are bf16 already, and an FP8 weight's value / 256
+// (4 significant bits, exponent within bf16's normal range) is a bf16 value; the FP8 block
+// scale (x 256) multiplies each 128-column block's fp32 partial sum, as in the exact
+// decode kernels. So the only change from the exact path is x rounded to bf16 (round to
+// nearest even; values below bf16's smallest normal read as zero, as vdpbf16ps treats
+// them): a relative error of at most 2^-9 per activation. `m2 perplexity --activations
+// bf16 --reference SAME_MODEL` measures what it does to the output distribution.
+//
+// Decode steps (up to kMaxGemvTokens tokens) keep the exact kernels: they are limited by
+// reading the weights, not by multiplying. Other weight formats keep their own paths.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/linear.h"
+
+namespace m2 {
+
+// Whether this CPU and the active kernel family can run the bf16 path: AVX-512 BF16 and
+// M2_KERNELS unset or avx512.
+bool Bf16GemmAvailable();
+// Whether Linear() takes the bf16 path for this weight and token count.
+bool UsesBf16Gemm(const LinearWeight& w, int64_t n);
+
+// fp32 -> bf16 bits as vcvtneps2bf16 does it: round to nearest even, subnormals to
+// signed zero, NaN stays NaN (quieted).
+uint16_t RoundToBf16(float f);
+
+// Activations for the kernel: xt is x transposed in fp32 as for the fp32 GEMM (linear.h:
+// ntp tokens, here a multiple of 16, in tiles of kTokenTile; tile j starts at xt + 32j * K
+// and holds [K][tw]); out gets the same tiles with each pair of columns rounded to bf16 and
+// packed into 32 bits (low half column 2p, high half 2p + 1): tile j starts at out + 32j * K
+// / 2 and holds [K / 2][tw]. K even. Needs AVX-512 BF16.
+void PackTokensBf16Avx512(const float* xt, int64_t ntp, int64_t K, uint32_t* out);
+
+// y[t][r] for rows [r0, r1) of a bf16 or FP8 weight (FP8 block_cols a power of two >= 16)
+// and the n tokens of xt (packed as above). Needs AVX-512 F/BW/VL and BF16; false for another
+// format.
+bool GemmRowsBf16Avx512(const LinearWeight& w, const uint32_t* xt, int64_t ntp, int64_t n, float* y, int64_t r0,
+                        int64_t r1);
+
+}  // namespace m2

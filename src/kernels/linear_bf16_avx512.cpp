@@ -1,0 +1,173 @@
+// The bf16-activation prefill GEMM (linear_bf16.h), compiled with AVX-512 F/BW/VL and
+// BF16. The layout follows the fp32 GEMM (GemmT in linear_simd.inc): tokens are the vector
+// dimension, a panel of kR rows is decoded once per chunk of columns, here to bf16, and the
+// micro-kernel broadcasts a pair of adjacent weights (one 32-bit element, folded into
+// vdpbf16ps as an embedded broadcast) against 16 tokens' pairs of activations: 32
+// multiply-adds per instruction instead of the FMA's 16.
+//
+// FP8: the panel holds value / 256 (exact in bf16), one chunk never spans two scale
+// blocks (chunks of min(256, block_cols) columns), and each row's fp32 partial sum of the
+// chunk is multiplied by its block scale x 256 as it is added to the result.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/linear_bf16.h"
+
+namespace m2::avx512bf16 {
+namespace {
+
+constexpr int kR = 12;          // rows per panel (12 x 2 token vectors = 24 accumulators)
+constexpr int64_t kKC = 256;    // columns per chunk (at most)
+
+// Per-thread scratch; plain new[] (see FloatScratch in linear_simd.inc: no inline
+// std:: templates in an ISA-specific object).
+template <class T>
+struct Scratch {
+  T* p = nullptr;
+  size_t n = 0;
+  Scratch() = default;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() { delete[] p; }
+  T* Get(size_t m) {
+    if (m > n) {
+      delete[] p;
+      p = new T[m];
+      n = m;
+    }
+    return p;
+  }
+};
+
+inline __m512bh AsBh(__m512i v) { return (__m512bh)v; }
+
+// Rows [0, kR) of the panel (row stride kKC bf16) times TV vectors of 16 tokens over kc
+// columns; ct rows (stride ntp) get acc * scale[r] (first chunk) or += it.
+template <int TV>
+void Micro(const uint16_t* wd, int64_t kc, const uint32_t* xt, int64_t xs, float* ct, int64_t ntp,
+           const float* scale, bool first) {
+  __m512 acc[kR][TV];
+  for (int r = 0; r < kR; ++r)
+    for (int v = 0; v < TV; ++v) acc[r][v] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < kc / 2; ++p) {
+    __m512bh xv[TV];
+    for (int v = 0; v < TV; ++v) xv[v] = AsBh(_mm512_loadu_si512(xt + p * xs + v * 16));
+    for (int r = 0; r < kR; ++r) {
+      int32_t pair;
+      std::memcpy(&pair, wd + r * kKC + 2 * p, 4);
+      const __m512bh wv = AsBh(_mm512_set1_epi32(pair));
+      for (int v = 0; v < TV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], wv, xv[v]);
+    }
+  }
+  for (int r = 0; r < kR; ++r) {
+    const __m512 s = _mm512_set1_ps(scale[r]);
+    for (int v = 0; v < TV; ++v) {
+      float* c = ct + r * ntp + v * 16;
+      _mm512_storeu_ps(c, first ? _mm512_mul_ps(acc[r][v], s) : _mm512_fmadd_ps(acc[r][v], s, _mm512_loadu_ps(c)));
+    }
+  }
+}
+
+// Row `r` columns [k0, k0 + kc) into dst as bf16: bf16 copied, FP8 as value / 256.
+template <bool kFp8>
+void DecodeRow(const LinearWeight& w, int64_t r, int64_t k0, int64_t kc, uint16_t* dst) {
+  if constexpr (!kFp8) {
+    std::memcpy(dst, static_cast<const uint16_t*>(w.data) + r * w.cols + k0, static_cast<size_t>(kc) * 2);
+  } else {
+    const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * w.cols + k0;
+    int64_t k = 0;
+    for (; k + 32 <= kc; k += 32) {
+      // As FromFp8Scaled2 (linear_simd.inc): sign-extend, shift into fp16 position, clear
+      // the sign's copy at bit 14; fp16 -> fp32 (exact) -> bf16 (exact: 4 significant bits).
+      const __m512i b = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + k)));
+      const __m512i h = _mm512_and_si512(_mm512_slli_epi16(b, 7), _mm512_set1_epi16(static_cast<short>(0xbfff)));
+      const __m512 lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+      const __m512 hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+      _mm512_storeu_si512(dst + k, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+    for (; k < kc; ++k) {
+      const uint8_t b = p[k];
+      const uint16_t h = static_cast<uint16_t>(((b & 0x80) << 8) | ((b & 0x7f) << 7));
+      dst[k] = RoundToBf16(_cvtsh_ss(h));
+    }
+  }
+}
+
+template <bool kFp8>
+void Gemm(const LinearWeight& w, const uint32_t* xt, int64_t ntp, int64_t n, float* y, int64_t r0, int64_t r1) {
+  const int64_t K = w.cols;
+  const int64_t chunk = kFp8 ? std::min(kKC, w.block_cols) : kKC;
+  thread_local Scratch<uint16_t> wd_buf;
+  thread_local Scratch<float> ct_buf;
+  uint16_t* wd = wd_buf.Get(static_cast<size_t>(kR * kKC));
+  float* ct = ct_buf.Get(static_cast<size_t>(kR * ntp));
+  float scale[kR];
+  for (int64_t p0 = r0; p0 < r1; p0 += kR) {
+    const int64_t nr = std::min<int64_t>(kR, r1 - p0);
+    const int64_t next_nr = std::min<int64_t>(kR, r1 - (p0 + kR));
+    for (int64_t k0 = 0; k0 < K; k0 += chunk) {
+      const int64_t kc = std::min(chunk, K - k0);
+      for (int64_t i = 0; i < kR; ++i) {
+        if (i < next_nr) {  // the next panel's chunk into L2 while this one computes
+          const int64_t bytes = kFp8 ? 1 : 2;
+          const char* a = static_cast<const char*>(w.data) + ((p0 + kR + i) * K + k0) * bytes;
+          for (int64_t o = 0; o < kc * bytes; o += 64) _mm_prefetch(a + o, _MM_HINT_T1);
+        }
+        if (i >= nr) {
+          std::memset(wd + i * kKC, 0, static_cast<size_t>(kc) * 2);
+          scale[i] = 0.0f;
+          continue;
+        }
+        DecodeRow<kFp8>(w, p0 + i, k0, kc, wd + i * kKC);
+        scale[i] = kFp8 ? static_cast<const float*>(w.scale)[(p0 + i) / w.block_rows * w.scale_cols() + k0 / w.block_cols] * 256.0f
+                        : 1.0f;
+      }
+      for (int64_t tile = 0; tile < ntp; tile += kTokenTile) {
+        const int64_t tw = std::min(kTokenTile, ntp - tile);
+        const uint32_t* xtile = xt + tile * K / 2 + k0 / 2 * tw;
+        int64_t t = 0;
+        for (; t + 32 <= tw; t += 32) Micro<2>(wd, kc, xtile + t, tw, ct + tile + t, ntp, scale, k0 == 0);
+        for (; t < tw; t += 16) Micro<1>(wd, kc, xtile + t, tw, ct + tile + t, ntp, scale, k0 == 0);
+      }
+    }
+    // Token by token: a token's nr results are adjacent in y; row by row, every store
+    // would fall in another page (y's rows are w.rows * 4 bytes apart), a TLB miss each.
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t i = 0; i < nr; ++i) y[t * w.rows + p0 + i] = ct[i * ntp + t];
+  }
+}
+
+}  // namespace
+}  // namespace m2::avx512bf16
+
+namespace m2 {
+
+void PackTokensBf16Avx512(const float* xt, int64_t ntp, int64_t K, uint32_t* out) {
+  // Lanes of cvtne2ps_pbh(hi, lo): lo's 16 values, then hi's; interleaved into (lo, hi) pairs.
+  alignas(64) static constexpr short kPairs[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                   8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i idx = _mm512_load_si512(kPairs);
+  for (int64_t tile = 0; tile < ntp; tile += kTokenTile) {
+    const int64_t tw = std::min(kTokenTile, ntp - tile);
+    const float* src = xt + tile * K;
+    uint32_t* dst = out + tile * K / 2;
+    for (int64_t p = 0; p < K / 2; ++p)
+      for (int64_t t = 0; t < tw; t += 16) {
+        const __m512 lo = _mm512_loadu_ps(src + 2 * p * tw + t), hi = _mm512_loadu_ps(src + (2 * p + 1) * tw + t);
+        const __m512i packed = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+        _mm512_storeu_si512(dst + p * tw + t, _mm512_permutexvar_epi16(idx, packed));
+      }
+  }
+}
+
+bool GemmRowsBf16Avx512(const LinearWeight& w, const uint32_t* xt, int64_t ntp, int64_t n, float* y, int64_t r0,
+                        int64_t r1) {
+  if (w.format == WeightFormat::kBF16) avx512bf16::Gemm<false>(w, xt, ntp, n, y, r0, r1);
+  else if (w.format == WeightFormat::kFp8Block) avx512bf16::Gemm<true>(w, xt, ntp, n, y, r0, r1);
+  else return false;
+  return true;
+}
+
+}  // namespace m2
