@@ -14,10 +14,11 @@ void AddActivationsFlag(CLI::App* cmd, std::string& value, const std::string& na
                   "How weights meet their activations: exact (default: fp32 activations); int8 (q8 / q4 weights: "
                   "activations quantized per 32 values, integer dot products: faster decoding, not exact; it "
                   "applies to decode steps, prompts of more than 8 tokens are prefilled exactly, except by m2 "
-                  "perplexity, which uses int8 for every token so that its KL covers them all); bf16 (bf16 and FP8 "
-                  "weights on CPUs with AVX-512 BF16: prompts prefilled with activations rounded to bf16 and "
-                  "vdpbf16ps, decode steps exact). The README gives what each costs. Other weight formats stay exact")
-      ->check(CLI::IsMember({"exact", "int8", "bf16"}));
+                  "perplexity, which uses int8 for every token so that its KL covers them all); bf16 (bf16, FP8, q8 "
+                  "and q4 weights on CPUs with AVX-512 BF16: prompts prefilled with activations rounded to bf16 and "
+                  "vdpbf16ps, twice the multiply rate; decode steps exact); int8+bf16 (both: int8 decode steps and "
+                  "bf16 prefill for q8 / q4 weights, bf16 prefill for the others). The README gives what each costs")
+      ->check(CLI::IsMember({"exact", "int8", "bf16", "int8+bf16"}));
 }
 
 void AddEngineFlags(CLI::App* cmd, EngineFlags& f, bool serving) {

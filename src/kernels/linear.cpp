@@ -220,8 +220,9 @@ void LinearExactOn(const LinearWeight& w, const float* x, int64_t n, float* y, T
 // on the whole product's token count (the exact path splits it into smaller ones).
 void LinearOn(const LinearWeight& w, const float* x, int64_t n, float* y, ThreadPool* pool_or_null) {
   M2_CHECK(w.valid(), "Linear on an empty weight");
-  if (n > 0 && (w.activations == ActivationMode::kInt8 ||
-                (w.activations == ActivationMode::kInt8Decode && n <= kMaxGemvTokens))) {
+  const bool int8_decode =
+      w.activations == ActivationMode::kInt8Decode || w.activations == ActivationMode::kInt8DecodeBf16Prefill;
+  if (n > 0 && (w.activations == ActivationMode::kInt8 || (int8_decode && n <= kMaxGemvTokens))) {
     M2_CHECK(w.format == WeightFormat::kQ8 || w.format == WeightFormat::kQ4,
              "int8 activations are for q8 / q4 weights, not {}", WeightFormatName(w.format));
     const bool par = pool_or_null != nullptr && pool_or_null->size() > 1 && w.rows * w.cols * n >= (1 << 16);

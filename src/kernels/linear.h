@@ -24,13 +24,14 @@ const char* WeightFormatName(WeightFormat f);
 // dimension, linear_simd.inc); more go to the GEMM.
 inline constexpr int64_t kMaxGemvTokens = 8;
 
-// How a kQ8 / kQ4 weight meets its activations (linear_int8.h). kInt8Decode: int8 for
+// How a weight meets its activations. kInt8Decode (kQ8 / kQ4; linear_int8.h): int8 for
 // products of up to kMaxGemvTokens tokens (decode steps, where it is faster: gemv_bench
 // --int8), fp32 for prefill (where the fp32 GEMM is faster, and exact). kInt8: int8 for
-// every token count (m2 perplexity, so that its KL covers every token). kBf16Prefill (bf16
-// and FP8 weights, CPUs with AVX-512 BF16; linear_bf16.h): activations rounded to bf16 in
-// the prefill GEMM (more than kMaxGemvTokens tokens), exact kernels for decode.
-enum class ActivationMode : uint8_t { kExact, kInt8Decode, kInt8, kBf16Prefill };
+// every token count (m2 perplexity, so that its KL covers every token). kBf16Prefill (bf16,
+// FP8, q8, q4 weights on CPUs with AVX-512 BF16; linear_bf16.h): activations rounded to
+// bf16 in the prefill GEMM (more than kMaxGemvTokens tokens), exact kernels for decode.
+// kInt8DecodeBf16Prefill (q8 / q4): int8 for decode, bf16 for prefill.
+enum class ActivationMode : uint8_t { kExact, kInt8Decode, kInt8, kBf16Prefill, kInt8DecodeBf16Prefill };
 
 // Columns per scale in kQ8 / kQ4.
 inline constexpr int64_t kQuantGroup = 32;

@@ -10,8 +10,10 @@ namespace m2 {
 bool Bf16GemmAvailable() { return ActiveIsa() == KernelIsa::kAvx512 && Cpu().avx512_bf16; }
 
 bool UsesBf16Gemm(const LinearWeight& w, int64_t n) {
-  if (w.activations != ActivationMode::kBf16Prefill || n <= kMaxGemvTokens || w.cols % 2 != 0) return false;
-  if (w.format == WeightFormat::kBF16) return true;
+  if (w.activations != ActivationMode::kBf16Prefill && w.activations != ActivationMode::kInt8DecodeBf16Prefill)
+    return false;
+  if (n <= kMaxGemvTokens || w.cols % 2 != 0) return false;
+  if (w.format == WeightFormat::kBF16 || w.format == WeightFormat::kQ8 || w.format == WeightFormat::kQ4) return true;
   return w.format == WeightFormat::kFp8Block && w.block_cols >= 16 && (w.block_cols & (w.block_cols - 1)) == 0;
 }
 

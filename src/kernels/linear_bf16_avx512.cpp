@@ -8,6 +8,9 @@
 // FP8: the panel holds value / 256 (exact in bf16), one chunk never spans two scale
 // blocks (chunks of min(256, block_cols) columns), and each row's fp32 partial sum of the
 // chunk is multiplied by its block scale x 256 as it is added to the result.
+// q8 / q4: the panel holds the integers (q, or u - 8: exact in bf16) and the micro-kernel
+// multiplies each row's partial sums by the group's scale every 32 columns, into running
+// totals kept in registers (MicroGroups).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -70,10 +73,69 @@ void Micro(const uint16_t* wd, int64_t kc, const uint32_t* xt, int64_t xs, float
   }
 }
 
-// Row `r` columns [k0, k0 + kc) into dst as bf16: bf16 copied, FP8 as value / 256.
-template <bool kFp8>
+// q8 / q4 (kc a multiple of 32): RR rows of the panel (row stride kKC bf16; their group
+// scales gs, row stride kKC / 32) times TV vectors of tokens. Per group of 32 columns the
+// products collect in acc, then total += acc * scale; ct gets the totals (first chunk) or
+// adds them. RR x TV x 2 accumulators: 6 x 2 or 12 x 1 fit the 32 registers.
+template <int TV, int RR>
+void MicroGroups(const uint16_t* wd, const float* gs, int64_t kc, const uint32_t* xt, int64_t xs, float* ct,
+                 int64_t ntp, bool first) {
+  __m512 tot[RR][TV];
+  for (int r = 0; r < RR; ++r)
+    for (int v = 0; v < TV; ++v) tot[r][v] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(ct + r * ntp + v * 16);
+  for (int64_t g = 0; g < kc / kQuantGroup; ++g) {
+    __m512 acc[RR][TV];
+    for (int r = 0; r < RR; ++r)
+      for (int v = 0; v < TV; ++v) acc[r][v] = _mm512_setzero_ps();
+    for (int64_t p = g * kQuantGroup / 2; p < (g + 1) * kQuantGroup / 2; ++p) {
+      __m512bh xv[TV];
+      for (int v = 0; v < TV; ++v) xv[v] = AsBh(_mm512_loadu_si512(xt + p * xs + v * 16));
+      for (int r = 0; r < RR; ++r) {
+        int32_t pair;
+        std::memcpy(&pair, wd + r * kKC + 2 * p, 4);
+        const __m512bh wv = AsBh(_mm512_set1_epi32(pair));
+        for (int v = 0; v < TV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], wv, xv[v]);
+      }
+    }
+    for (int r = 0; r < RR; ++r) {
+      const __m512 sc = _mm512_set1_ps(gs[r * (kKC / kQuantGroup) + g]);
+      for (int v = 0; v < TV; ++v) tot[r][v] = _mm512_fmadd_ps(acc[r][v], sc, tot[r][v]);
+    }
+  }
+  for (int r = 0; r < RR; ++r)
+    for (int v = 0; v < TV; ++v) _mm512_storeu_ps(ct + r * ntp + v * 16, tot[r][v]);
+}
+
+enum class Fmt { kBf16, kFp8, kQ8, kQ4 };
+constexpr bool Grouped(Fmt f) { return f == Fmt::kQ8 || f == Fmt::kQ4; }
+
+// Row `r` columns [k0, k0 + kc) into dst as bf16: bf16 copied, FP8 as value / 256, q8 / q4
+// as their integers (kc a multiple of 32 for those).
+template <Fmt F>
 void DecodeRow(const LinearWeight& w, int64_t r, int64_t k0, int64_t kc, uint16_t* dst) {
-  if constexpr (!kFp8) {
+  if constexpr (F == Fmt::kQ4) {
+    // bf16 of u - 8 for u = 0..15 (twice: vpermw indexes 32 entries).
+    alignas(64) static constexpr uint16_t kTable[32] = {
+        0xc100, 0xc0e0, 0xc0c0, 0xc0a0, 0xc080, 0xc040, 0xc000, 0xbf80, 0x0000, 0x3f80, 0x4000,
+        0x4040, 0x4080, 0x40a0, 0x40c0, 0x40e0, 0xc100, 0xc0e0, 0xc0c0, 0xc0a0, 0xc080, 0xc040,
+        0xc000, 0xbf80, 0x0000, 0x3f80, 0x4000, 0x4040, 0x4080, 0x40a0, 0x40c0, 0x40e0};
+    const __m512i table = _mm512_load_si512(kTable);
+    const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * (w.cols / 2) + k0 / 2;
+    const __m128i nib = _mm_set1_epi8(0x0f);
+    for (int64_t k = 0; k < kc; k += kQuantGroup) {
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + k / 2));
+      const __m256i u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), nib), _mm_and_si128(b, nib));
+      _mm512_storeu_si512(dst + k, _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(u), table));
+    }
+  } else if constexpr (F == Fmt::kQ8) {
+    const int8_t* p = static_cast<const int8_t*>(w.data) + r * w.cols + k0;
+    for (int64_t k = 0; k < kc; k += kQuantGroup) {
+      const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + k))));
+      const __m512 hi =
+          _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + k + 16))));
+      _mm512_storeu_si512(dst + k, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+  } else if constexpr (F == Fmt::kBf16) {
     std::memcpy(dst, static_cast<const uint16_t*>(w.data) + r * w.cols + k0, static_cast<size_t>(kc) * 2);
   } else {
     const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * w.cols + k0;
@@ -95,15 +157,17 @@ void DecodeRow(const LinearWeight& w, int64_t r, int64_t k0, int64_t kc, uint16_
   }
 }
 
-template <bool kFp8>
+template <Fmt F>
 void Gemm(const LinearWeight& w, const uint32_t* xt, int64_t ntp, int64_t n, float* y, int64_t r0, int64_t r1) {
+  constexpr bool kFp8 = F == Fmt::kFp8;
+  constexpr int64_t kGroups = kKC / kQuantGroup;
   const int64_t K = w.cols;
   const int64_t chunk = kFp8 ? std::min(kKC, w.block_cols) : kKC;
   thread_local Scratch<uint16_t> wd_buf;
   thread_local Scratch<float> ct_buf;
   uint16_t* wd = wd_buf.Get(static_cast<size_t>(kR * kKC));
   float* ct = ct_buf.Get(static_cast<size_t>(kR * ntp));
-  float scale[kR];
+  float scale[kR], gscale[kR * kGroups];
   for (int64_t p0 = r0; p0 < r1; p0 += kR) {
     const int64_t nr = std::min<int64_t>(kR, r1 - p0);
     const int64_t next_nr = std::min<int64_t>(kR, r1 - (p0 + kR));
@@ -111,25 +175,40 @@ void Gemm(const LinearWeight& w, const uint32_t* xt, int64_t ntp, int64_t n, flo
       const int64_t kc = std::min(chunk, K - k0);
       for (int64_t i = 0; i < kR; ++i) {
         if (i < next_nr) {  // the next panel's chunk into L2 while this one computes
-          const int64_t bytes = kFp8 ? 1 : 2;
-          const char* a = static_cast<const char*>(w.data) + ((p0 + kR + i) * K + k0) * bytes;
-          for (int64_t o = 0; o < kc * bytes; o += 64) _mm_prefetch(a + o, _MM_HINT_T1);
+          // Bytes per column x 2: bf16 4, FP8 / q8 2, q4 1.
+          const int64_t half_bytes = F == Fmt::kBf16 ? 4 : F == Fmt::kQ4 ? 1 : 2;
+          const char* a = static_cast<const char*>(w.data) + ((p0 + kR + i) * K + k0) * half_bytes / 2;
+          for (int64_t o = 0; o < kc * half_bytes / 2; o += 64) _mm_prefetch(a + o, _MM_HINT_T1);
         }
         if (i >= nr) {
           std::memset(wd + i * kKC, 0, static_cast<size_t>(kc) * 2);
           scale[i] = 0.0f;
+          for (int64_t g = 0; g < kGroups; ++g) gscale[i * kGroups + g] = 0.0f;
           continue;
         }
-        DecodeRow<kFp8>(w, p0 + i, k0, kc, wd + i * kKC);
-        scale[i] = kFp8 ? static_cast<const float*>(w.scale)[(p0 + i) / w.block_rows * w.scale_cols() + k0 / w.block_cols] * 256.0f
-                        : 1.0f;
+        DecodeRow<F>(w, p0 + i, k0, kc, wd + i * kKC);
+        if constexpr (Grouped(F)) {
+          const uint16_t* s = static_cast<const uint16_t*>(w.scale) + (p0 + i) * (K / kQuantGroup) + k0 / kQuantGroup;
+          for (int64_t g = 0; g < kc / kQuantGroup; ++g) gscale[i * kGroups + g] = _cvtsh_ss(s[g]);
+        } else {
+          scale[i] = kFp8 ? static_cast<const float*>(w.scale)[(p0 + i) / w.block_rows * w.scale_cols() + k0 / w.block_cols] * 256.0f
+                          : 1.0f;
+        }
       }
       for (int64_t tile = 0; tile < ntp; tile += kTokenTile) {
         const int64_t tw = std::min(kTokenTile, ntp - tile);
         const uint32_t* xtile = xt + tile * K / 2 + k0 / 2 * tw;
         int64_t t = 0;
-        for (; t + 32 <= tw; t += 32) Micro<2>(wd, kc, xtile + t, tw, ct + tile + t, ntp, scale, k0 == 0);
-        for (; t < tw; t += 16) Micro<1>(wd, kc, xtile + t, tw, ct + tile + t, ntp, scale, k0 == 0);
+        if constexpr (Grouped(F)) {
+          for (; t + 32 <= tw; t += 32)
+            for (int r = 0; r < kR; r += 6)
+              MicroGroups<2, 6>(wd + r * kKC, gscale + r * kGroups, kc, xtile + t, tw, ct + r * ntp + tile + t, ntp,
+                                k0 == 0);
+          for (; t < tw; t += 16) MicroGroups<1, kR>(wd, gscale, kc, xtile + t, tw, ct + tile + t, ntp, k0 == 0);
+        } else {
+          for (; t + 32 <= tw; t += 32) Micro<2>(wd, kc, xtile + t, tw, ct + tile + t, ntp, scale, k0 == 0);
+          for (; t < tw; t += 16) Micro<1>(wd, kc, xtile + t, tw, ct + tile + t, ntp, scale, k0 == 0);
+        }
       }
     }
     // Token by token: a token's nr results are adjacent in y; row by row, every store
@@ -164,9 +243,14 @@ void PackTokensBf16Avx512(const float* xt, int64_t ntp, int64_t K, uint32_t* out
 
 bool GemmRowsBf16Avx512(const LinearWeight& w, const uint32_t* xt, int64_t ntp, int64_t n, float* y, int64_t r0,
                         int64_t r1) {
-  if (w.format == WeightFormat::kBF16) avx512bf16::Gemm<false>(w, xt, ntp, n, y, r0, r1);
-  else if (w.format == WeightFormat::kFp8Block) avx512bf16::Gemm<true>(w, xt, ntp, n, y, r0, r1);
-  else return false;
+  using avx512bf16::Fmt;
+  switch (w.format) {
+    case WeightFormat::kBF16: avx512bf16::Gemm<Fmt::kBf16>(w, xt, ntp, n, y, r0, r1); break;
+    case WeightFormat::kFp8Block: avx512bf16::Gemm<Fmt::kFp8>(w, xt, ntp, n, y, r0, r1); break;
+    case WeightFormat::kQ8: avx512bf16::Gemm<Fmt::kQ8>(w, xt, ntp, n, y, r0, r1); break;
+    case WeightFormat::kQ4: avx512bf16::Gemm<Fmt::kQ4>(w, xt, ntp, n, y, r0, r1); break;
+    default: return false;
+  }
   return true;
 }
 

@@ -22,6 +22,49 @@
 
 namespace m2 {
 
+namespace {
+
+// Gives the weights their ActivationMode for LoadOptions::activations: int8 to q8 / q4
+// weights; bf16 prefill to bf16, FP8, q8 and q4 weights; int8 + bf16 both to q8 / q4 and
+// bf16 prefill to the others. The MoE routers and the output head keep exact prefill: a
+// rounded activation can flip a close choice of experts (the reference routes in fp32) and
+// the routers are a tiny part of the work; a prompt's prefill computes logits for its last
+// token only (decode kernels), and m2 perplexity's KL then measures the hidden states.
+Status SetActivations(ModelWeights& weights, ActivationMode mode) {
+  if (mode == ActivationMode::kExact) return Status::Ok();
+  const bool bf16 = mode == ActivationMode::kBf16Prefill || mode == ActivationMode::kInt8DecodeBf16Prefill;
+  const bool int8 = mode != ActivationMode::kBf16Prefill;
+  if (bf16 && !Bf16GemmAvailable())
+    return Error("--activations {} needs a CPU with AVX-512 BF16 (vdpbf16ps) and the avx512 kernels; this one has {} "
+                 "and runs the {} kernels",
+                 int8 ? "int8+bf16" : "bf16", Cpu().Describe(), IsaName(ActiveIsa()));
+  int64_t quantized = 0, taken = 0;
+  ForEachLinear(weights, [&](LinearWeight& w) {
+    const bool q = w.format == WeightFormat::kQ8 || w.format == WeightFormat::kQ4;
+    ActivationMode m = ActivationMode::kExact;
+    if (q) m = mode;
+    else if (bf16 && (w.format == WeightFormat::kBF16 || w.format == WeightFormat::kFp8Block))
+      m = ActivationMode::kBf16Prefill;
+    quantized += q ? 1 : 0;
+    taken += m != ActivationMode::kExact ? 1 : 0;
+    w.activations = m;
+  });
+  if (int8 && quantized == 0)
+    return Error("--activations {} needs q8 or q4 weights (m2 quantize); this checkpoint has none",
+                 bf16 ? "int8+bf16" : "int8");
+  if (taken == 0) return Error("--activations bf16 needs bf16, FP8, q8 or q4 weights; this checkpoint has none");
+  const auto exact_prefill = [](LinearWeight& w) {
+    if (w.activations == ActivationMode::kBf16Prefill) w.activations = ActivationMode::kExact;
+    if (w.activations == ActivationMode::kInt8DecodeBf16Prefill) w.activations = ActivationMode::kInt8Decode;
+  };
+  exact_prefill(weights.lm_head);
+  for (LayerWeights& l : weights.layers) exact_prefill(l.moe.gate);
+  for (MtpWeights& t : weights.mtp) exact_prefill(t.layer.moe.gate);
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Model>> Model::Load(const std::string& path, const LoadOptions& opts) {
   std::unique_ptr<Model> m(new Model());
   M2_ASSIGN_OR_RETURN(m->cfg_, LoadModelConfig(path));
@@ -38,37 +81,7 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& path, const LoadOp
     M2_ASSIGN_OR_RETURN(m->weights_, LoadModelWeights(m->cfg_, *m->store_,
                                                       [&](int64_t i, int64_t) { p.Update(static_cast<uint64_t>(i)); }));
   }
-  if (opts.activations == ActivationMode::kBf16Prefill) {
-    if (!Bf16GemmAvailable())
-      return Error("--activations bf16 needs a CPU with AVX-512 BF16 (vdpbf16ps) and the avx512 kernels; this one has "
-                   "{} and runs the {} kernels",
-                   Cpu().Describe(), IsaName(ActiveIsa()));
-    int64_t eligible = 0;
-    ForEachLinear(m->weights_, [&](LinearWeight& w) {
-      if (w.format != WeightFormat::kBF16 && w.format != WeightFormat::kFp8Block) return;
-      w.activations = opts.activations;
-      ++eligible;
-    });
-    if (eligible == 0)
-      return Error("--activations bf16 needs bf16 or FP8 weights; this checkpoint has none (q8 / q4 have int8)");
-    // The MoE routers stay exact: a rounded activation can flip a close choice of experts
-    // (the reference routes in fp32), and they are a tiny part of the work. So does the
-    // output head: a prompt's prefill computes logits for its last token only (decode
-    // kernels, exact anyway), and m2 perplexity's KL then measures the hidden states.
-    const auto exact = [](LinearWeight& w) { w.activations = ActivationMode::kExact; };
-    exact(m->weights_.lm_head);
-    for (LayerWeights& l : m->weights_.layers) exact(l.moe.gate);
-    for (MtpWeights& t : m->weights_.mtp) exact(t.layer.moe.gate);
-  } else if (opts.activations != ActivationMode::kExact) {
-    int64_t quantized = 0;
-    ForEachLinear(m->weights_, [&](LinearWeight& w) {
-      if (w.format != WeightFormat::kQ8 && w.format != WeightFormat::kQ4) return;
-      w.activations = opts.activations;
-      ++quantized;
-    });
-    if (quantized == 0)
-      return Error("--activations int8 needs q8 or q4 weights (m2 quantize); this checkpoint has none");
-  }
+  M2_RETURN_IF_ERROR(SetActivations(m->weights_, opts.activations));
   if (opts.pool != nullptr) {
     m->load_pool_ = opts.pool;
   } else {

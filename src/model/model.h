@@ -78,8 +78,9 @@ struct LoadOptions {
   // kInt8Decode / kInt8: multiply q8 / q4 weights with int8-quantized activations
   // (kernels/linear_int8.h, ActivationMode in linear.h): faster, not exact. Other formats
   // stay exact. An error on a model without q8 / q4 weights. kBf16Prefill: prefill bf16 /
-  // FP8 weights with activations rounded to bf16 (kernels/linear_bf16.h); an error on a
-  // CPU without AVX-512 BF16 or a model without such weights.
+  // FP8 / q8 / q4 weights with activations rounded to bf16 (kernels/linear_bf16.h);
+  // kInt8DecodeBf16Prefill: both. An error on a CPU without AVX-512 BF16 or a model
+  // without such weights (SetActivations in model.cpp).
   ActivationMode activations = ActivationMode::kExact;
   // Split the model over the ranks of `comm` (model/parallel.h; not owned, it must outlive
   // the model). Every rank loads the model with its own comm; rank 0 then uses it like any

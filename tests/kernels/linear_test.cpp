@@ -496,7 +496,9 @@ TEST(Bf16ActivationsTest, PrefillIsTheProductWithBf16RoundedActivations) {
   for (const Case& c : std::vector<Case>{{WeightFormat::kBF16, 37, 96},
                                          {WeightFormat::kBF16, 50, 600},
                                          {WeightFormat::kFp8Block, 200, 328},
-                                         {WeightFormat::kFp8Block, 13, 264}}) {
+                                         {WeightFormat::kFp8Block, 13, 264},
+                                         {WeightFormat::kQ8, 29, 352},
+                                         {WeightFormat::kQ4, 40, 544}}) {
     Weight m = Make(c, rng);
     for (int64_t n : {int64_t{1}, kMaxGemvTokens, int64_t{9}, int64_t{16}, int64_t{33}, int64_t{67}, int64_t{150}}) {
       std::vector<float> x(static_cast<size_t>(n * c.cols));

@@ -414,8 +414,8 @@ TEST_F(RuntimeCli, Int8ActivationsAgainstTheExactPath) {
 
 // --activations bf16: where the CPU has AVX-512 BF16, the bundled (bf16) model's prompt goes
 // through the bf16 GEMM, whose KL against the exact path is positive (it runs) and small; the top
-// token of nearly every position is unchanged. Elsewhere the flag is an error naming what
-// is missing. A q4 model has no weights it applies to.
+// token of nearly every position is unchanged; the same on a q4 copy, alone and with int8
+// decoding. Elsewhere the flag is an error naming what is missing.
 TEST_F(RuntimeCli, Bf16ActivationsAgainstTheExactPath) {
   const std::string file = ::testing::TempDir() + "/m2_rt_bf16.txt";
   WriteFile(file, "The cat sat on the mat. It was a sunny day, and the birds were singing. def add(a, b): return a + b");
@@ -436,11 +436,20 @@ TEST_F(RuntimeCli, Bf16ActivationsAgainstTheExactPath) {
   std::printf("KL: bf16 activations %.3g, top-1 agreement %.4f\n", kl, j["reference"]["top1_agreement"].get<double>());
   auto gen = M2("generate -m " + model + " --activations bf16 -p \"def add(a, b):\" -n 8 --temperature 0");
   EXPECT_EQ(gen.code, 0) << gen.err;
+  // q4 weights: bf16 prefill, and int8 decode + bf16 prefill; int8 needs q8 / q4 weights.
   const std::string q4 = ::testing::TempDir() + "/m2_rt_bf16_q4_" + std::to_string(getpid());
-  ASSERT_EQ(M2("quantize -m " + *dir_ + " -o " + q4 + " --type q4").code, 0);
-  auto bad = M2("generate -m " + q4 + " --activations bf16 -p hi -n 1");
+  ASSERT_EQ(M2("quantize -m " + model + " -o " + q4 + " --type q4").code, 0);
+  for (const char* mode : {"bf16", "int8+bf16"}) {
+    auto q = M2("perplexity -m " + q4 + " --activations " + mode + " --reference " + q4 + " -f " + file +
+                " --context 128 --json");
+    ASSERT_EQ(q.code, 0) << q.err;
+    const double kl_q4 = nlohmann::json::parse(q.out)["reference"]["mean_kl"].get<double>();
+    EXPECT_GT(kl_q4, 0.0) << mode;
+    EXPECT_LT(kl_q4, 0.01) << mode;
+  }
+  auto bad = M2("generate -m " + model + " --activations int8+bf16 -p hi -n 1");
   EXPECT_EQ(bad.code, 1);
-  EXPECT_NE(bad.err.find("bf16 or FP8"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("q8 or q4"), std::string::npos) << bad.err;
   std::filesystem::remove_all(q4);
 }
 
