@@ -30,13 +30,16 @@ double MeasureBandwidth(ThreadPool& pool) {
   return best;
 }
 
-double MeasurePeakFlops(ThreadPool& pool) {
+double MeasurePeakFlops(ThreadPool& pool) { return MeasurePeak(pool, FmaBurst); }
+double MeasurePeakBf16Flops(ThreadPool& pool) { return MeasurePeak(pool, Bf16DotBurstAvx512); }
+
+double MeasurePeak(ThreadPool& pool, double (*burst)(int64_t)) {
   double best = 0;
   for (int rep = 0; rep < 3; ++rep) {
     std::vector<double> flops(pool.size());
     const auto t0 = Clock::now();
     pool.ParallelFor(pool.size(), 1, [&](int64_t b, int64_t e, int th) {
-      for (int64_t i = b; i < e; ++i) flops[th] += FmaBurst(20'000'000);
+      for (int64_t i = b; i < e; ++i) flops[th] += burst(20'000'000);
     });
     const double s = Seconds(t0, Clock::now());
     double total = 0;

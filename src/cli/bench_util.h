@@ -17,6 +17,10 @@ double Seconds(Clock::time_point a, Clock::time_point b);
 // Best of six parallel passes over 1 GiB, plain and prefetching reads alternately.
 double MeasureBandwidth(ThreadPool& pool);
 double MeasurePeakFlops(ThreadPool& pool);
+// The same with vdpbf16ps (the bf16 prefill's ceiling); only on CPUs with AVX-512 BF16.
+double MeasurePeakBf16Flops(ThreadPool& pool);
+// Best of 3 rounds of `burst` on every thread of the pool at once, in FLOP/s.
+double MeasurePeak(ThreadPool& pool, double (*burst)(int64_t));
 int64_t PeakRssBytes();
 // Brings every page of the weights into memory (timings then measure compute and memory).
 void Prefault(const TensorStore& store);

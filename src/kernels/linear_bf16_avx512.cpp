@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "kernels/linear_bf16.h"
+#include "kernels/probe.h"
 
 namespace m2::avx512bf16 {
 namespace {
@@ -239,6 +240,21 @@ void PackTokensBf16Avx512(const float* xt, int64_t ntp, int64_t K, uint32_t* out
         _mm512_storeu_si512(dst + p * tw + t, _mm512_permutexvar_epi16(idx, packed));
       }
   }
+}
+
+double Bf16DotBurstAvx512(int64_t iters) {
+  constexpr int kChains = 12;
+  __m512 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(0.001f * static_cast<float>(i));
+  const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0.999f), _mm512_set1_ps(1e-3f));
+  const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-4f), _mm512_set1_ps(-1e-4f));
+  for (int64_t it = 0; it < iters; ++it)
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  __m512 s = _mm512_setzero_ps();
+  for (int i = 0; i < kChains; ++i) s = _mm512_add_ps(s, acc[i]);
+  volatile float sink = _mm512_reduce_add_ps(s);
+  (void)sink;
+  return 2.0 * 32 * kChains * static_cast<double>(iters);
 }
 
 bool GemmRowsBf16Avx512(const LinearWeight& w, const uint32_t* xt, int64_t ntp, int64_t n, float* y, int64_t r0,

@@ -17,6 +17,9 @@ double FmaBurst(int64_t iters);
 double ReadAllAvx512(const float* p, int64_t n, bool prefetch);
 double ReadAllAvx2(const float* p, int64_t n, bool prefetch);
 double FmaBurstAvx512(int64_t iters);
+// As FmaBurst with vdpbf16ps (32 multiply-adds per instruction): the ceiling of the bf16
+// prefill GEMM (linear_bf16.h). Needs AVX-512 BF16 (in linear_bf16_avx512.cpp).
+double Bf16DotBurstAvx512(int64_t iters);
 double FmaBurstAvx2(int64_t iters);
 
 }  // namespace m2
