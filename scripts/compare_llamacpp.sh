@@ -54,6 +54,9 @@ Environment:
   ROUNDS          benchmark rounds                (default 3)
   THREADS         threads for both engines        (default 2)
   KEEP_BF16       1: keep the 10 GB bf16 GGUF after quantizing (default: delete it)
+  M2_FAST         1: also time m2 with its fast activations, --activations bf16 on FP8 and
+                  int8+bf16 on q8 / q4 (needs AVX-512 BF16); 0: exact only (default: 1 where
+                  the CPU has AVX-512 BF16)
 
 What is timed (tokens/s; random token ids on both sides, the same lengths):
   m2 bench      prefill: 512 tokens, best of 2 runs (the first is the warm-up)
@@ -89,6 +92,8 @@ rounds=${ROUNDS:-3}
 threads=${THREADS:-2}
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "compare_llamacpp.sh: ROUNDS must be a positive integer, found '$rounds'" >&2; exit 2; }
 [[ $threads =~ ^[1-9][0-9]*$ ]] || { echo "compare_llamacpp.sh: THREADS must be a positive integer, found '$threads'" >&2; exit 2; }
+fast=${M2_FAST:-$(grep -qw avx512_bf16 /proc/cpuinfo && echo 1 || echo 0)}
+[[ $fast =~ ^[01]$ ]] || { echo "compare_llamacpp.sh: M2_FAST must be 0 or 1, found '$fast'" >&2; exit 2; }
 
 # --- progress and errors --------------------------------------------------------------------
 step="start"
@@ -123,6 +128,10 @@ import glob, json, os, statistics, sys
 results, cache, slice_dir = sys.argv[1], sys.argv[2], sys.argv[3]
 # A round counts when every one of its runs finished (an interrupted benchmark leaves some).
 names = ["m2-fp8", "m2-q8", "m2-q4", "llama-q8_0-outbf16", "llama-q8_0", "llama-q4_0-outq8", "llama-q4_k_m-outq8"]
+# Runs with m2's fast activations (M2_FAST=1) count when the first round has them.
+fast = os.path.exists(f"{results}/m2-fp8-fast-1.json")
+if fast:
+    names += ["m2-fp8-fast", "m2-q8-fast", "m2-q4-fast"]
 rounds = []
 for r in range(1, 1000):
     found = [os.path.exists(f"{results}/{n}-{r}.json" if n.startswith("m2") else f"{results}/{n}-{r}.json.d0")
@@ -196,6 +205,14 @@ for m2_label, m2_name, m2_path, ll_label, ll_name in pairs:
         ratio = (f"{statistics.median(a[key]) / statistics.median(b[key]):13.2f}"
                  if a[key] and b[key] else f"{'n/a':>13}")
         print(f"  {label:<18} {cell(a[key])} {cell(b[key])} {ratio}")
+    if fast:  # the same m2 model with its fast activations, against the same llama.cpp runs
+        f = m2_numbers(m2_name + "-fast")
+        acts = "bf16" if m2_name == "fp8" else "int8+bf16"
+        print(f"  m2 --activations {acts}:")
+        for label, key in rows:
+            ratio = (f"{statistics.median(f[key]) / statistics.median(b[key]):13.2f}"
+                     if f[key] and b[key] else f"{'n/a':>13}")
+            print(f"  {label:<18} {cell(f[key])} {cell(b[key])} {ratio}")
     print()
 if os.path.exists(f"{results}/load.txt"):
     print("machine load during the benchmark (1, 5, 15 min averages; above 0 means other work competed):")
@@ -415,10 +432,10 @@ phase "benchmark: $rounds rounds, $threads threads, results in $results"
 # m2: prefill of 512 tokens, best of 2 runs (the first warms up); decode 64 steps after a
 # cache of 0 and of 2048 tokens (m2's --context C decodes after C - 1 cached tokens).
 bench_m2() {
-  local label=$1 dir=$2 out=$3
-  note "m2 $label"
+  local label=$1 dir=$2 out=$3 activations=${4:-exact}
+  note "m2 $label (activations $activations)"
   "$m2" bench -m "$dir" --json -t "$threads" --prefill 512 --context 1,2049 --decode-steps 64 \
-    --repeats 2 --no-scaling >"$out.part" 2>"$out.log" || { tail -n 20 "$out.log" >&2; return 1; }
+    --repeats 2 --no-scaling --activations "$activations" >"$out.part" 2>"$out.log" || { tail -n 20 "$out.log" >&2; return 1; }
   mv "$out.part" "$out"  # only finished runs get their final name (see print_table)
 }
 # llama-bench: one warm-up run, then one timed run of each test (-r 1). Two calls, so that
@@ -444,6 +461,9 @@ runs=(
   "llama q4_0-outq8 $cache/gguf/slice-q4_0-outq8.gguf"
   "llama q4_k_m-outq8 $cache/gguf/slice-q4_k_m-outq8.gguf"
 )
+if [ "$fast" = 1 ]; then
+  runs+=("m2 fp8-fast $slice bf16" "m2 q8-fast $cache/m2-q8-lmq8 int8+bf16" "m2 q4-fast $cache/m2-q4-lmq8 int8+bf16")
+fi
 for round in $(seq "$rounds"); do
   phase "benchmark round $round of $rounds"
   # Other processes on the cores change the figures, llama.cpp's decode most here (its threads
@@ -456,9 +476,9 @@ for round in $(seq "$rounds"); do
     for ((i = ${#runs[@]} - 1; i >= 0; i--)); do order+=("${runs[i]}"); done
   fi
   for r in "${order[@]}"; do
-    read -r engine name path <<<"$r"
+    read -r engine name path activations <<<"$r"
     if [ "$engine" = m2 ]; then
-      bench_m2 "$name" "$path" "$results/m2-$name-$round.json"
+      bench_m2 "$name" "$path" "$results/m2-$name-$round.json" "${activations:-exact}"
     else
       bench_llama "$name" "$path" "$results/llama-$name-$round.json"
     fi
