@@ -47,24 +47,33 @@ struct Scratch {
 
 inline __m512bh AsBh(__m512i v) { return (__m512bh)v; }
 
-// Rows [0, kR) of the panel (row stride kKC bf16) times TV vectors of 16 tokens over kc
-// columns; ct rows (stride ntp) get acc * scale[r] (first chunk) or += it.
-template <int TV>
-void Micro(const uint16_t* wd, int64_t kc, const uint32_t* xt, int64_t xs, float* ct, int64_t ntp,
-           const float* scale, bool first) {
-  __m512 acc[kR][TV];
-  for (int r = 0; r < kR; ++r)
+// acc = the products of RR panel rows (row stride kKC bf16) with TV vectors of 16 tokens
+// over the column pairs [p0, p1): per pair, one broadcast weight pair per row against each
+// vector of token pairs.
+template <int TV, int RR>
+__attribute__((always_inline)) inline void Products(const uint16_t* wd, const uint32_t* xt, int64_t xs, int64_t p0,
+                                                    int64_t p1, __m512 (&acc)[RR][TV]) {
+  for (int r = 0; r < RR; ++r)
     for (int v = 0; v < TV; ++v) acc[r][v] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < kc / 2; ++p) {
+  for (int64_t p = p0; p < p1; ++p) {
     __m512bh xv[TV];
     for (int v = 0; v < TV; ++v) xv[v] = AsBh(_mm512_loadu_si512(xt + p * xs + v * 16));
-    for (int r = 0; r < kR; ++r) {
+    for (int r = 0; r < RR; ++r) {
       int32_t pair;
       std::memcpy(&pair, wd + r * kKC + 2 * p, 4);
       const __m512bh wv = AsBh(_mm512_set1_epi32(pair));
       for (int v = 0; v < TV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], wv, xv[v]);
     }
   }
+}
+
+// bf16 / FP8: rows [0, kR) of the panel times TV vectors of tokens over kc columns; ct rows
+// (stride ntp) get acc * scale[r] (first chunk) or += it.
+template <int TV>
+void Micro(const uint16_t* wd, int64_t kc, const uint32_t* xt, int64_t xs, float* ct, int64_t ntp,
+           const float* scale, bool first) {
+  __m512 acc[kR][TV];
+  Products<TV, kR>(wd, xt, xs, 0, kc / 2, acc);
   for (int r = 0; r < kR; ++r) {
     const __m512 s = _mm512_set1_ps(scale[r]);
     for (int v = 0; v < TV; ++v) {
@@ -74,10 +83,10 @@ void Micro(const uint16_t* wd, int64_t kc, const uint32_t* xt, int64_t xs, float
   }
 }
 
-// q8 / q4 (kc a multiple of 32): RR rows of the panel (row stride kKC bf16; their group
-// scales gs, row stride kKC / 32) times TV vectors of tokens. Per group of 32 columns the
-// products collect in acc, then total += acc * scale; ct gets the totals (first chunk) or
-// adds them. RR x TV x 2 accumulators: 6 x 2 or 12 x 1 fit the 32 registers.
+// q8 / q4 (kc a multiple of 32): RR rows of the panel (their group scales gs, row stride
+// kKC / 32) times TV vectors of tokens. Per group of 32 columns the products collect in
+// acc, then total += acc * scale; ct gets the totals (first chunk) or adds them. RR x TV x
+// 2 accumulators: 6 x 2 or 12 x 1 fit the 32 registers.
 template <int TV, int RR>
 void MicroGroups(const uint16_t* wd, const float* gs, int64_t kc, const uint32_t* xt, int64_t xs, float* ct,
                  int64_t ntp, bool first) {
@@ -86,18 +95,7 @@ void MicroGroups(const uint16_t* wd, const float* gs, int64_t kc, const uint32_t
     for (int v = 0; v < TV; ++v) tot[r][v] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(ct + r * ntp + v * 16);
   for (int64_t g = 0; g < kc / kQuantGroup; ++g) {
     __m512 acc[RR][TV];
-    for (int r = 0; r < RR; ++r)
-      for (int v = 0; v < TV; ++v) acc[r][v] = _mm512_setzero_ps();
-    for (int64_t p = g * kQuantGroup / 2; p < (g + 1) * kQuantGroup / 2; ++p) {
-      __m512bh xv[TV];
-      for (int v = 0; v < TV; ++v) xv[v] = AsBh(_mm512_loadu_si512(xt + p * xs + v * 16));
-      for (int r = 0; r < RR; ++r) {
-        int32_t pair;
-        std::memcpy(&pair, wd + r * kKC + 2 * p, 4);
-        const __m512bh wv = AsBh(_mm512_set1_epi32(pair));
-        for (int v = 0; v < TV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], wv, xv[v]);
-      }
-    }
+    Products<TV, RR>(wd, xt, xs, g * kQuantGroup / 2, (g + 1) * kQuantGroup / 2, acc);
     for (int r = 0; r < RR; ++r) {
       const __m512 sc = _mm512_set1_ps(gs[r * (kKC / kQuantGroup) + g]);
       for (int v = 0; v < TV; ++v) tot[r][v] = _mm512_fmadd_ps(acc[r][v], sc, tot[r][v]);
