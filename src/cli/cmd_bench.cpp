@@ -332,7 +332,7 @@ int Run(const BenchOptions& o) {
   const double peak_bf16_before = bf16 ? MeasurePeakBf16Flops(pool) : 0.0;
   { std::ofstream("/proc/self/clear_refs") << "5"; }  // restart the peak-RSS count
 
-  auto model = LoadModel(o.model, {.pool = &pool, .activations = ActivationsOf(o.activations)}, *par);
+  auto model = LoadModel(o.model, {.pool = &pool, .activations = mode}, *par);
   if (!model.ok()) return Fail(model.status());
   Model& m = **model;
   const ModelConfig& c = m.config();

@@ -161,45 +161,37 @@ void LinearExactOn(const LinearWeight& w, const float* x, int64_t n, float* y, T
   const int64_t vw = isa == KernelIsa::kAvx512 ? 16 : 8;
   // (Not for the bf16 GEMM: every token of its products gets bf16 activations, whatever
   // its place in the batch.)
-  if (const int64_t rest = n % vw; n > vw && rest <= 4 && rest > 0 && isa != KernelIsa::kPortable && !UsesBf16Gemm(w, n)) {
+  const bool bf16 = UsesBf16Gemm(w, n);
+  if (const int64_t rest = n % vw; n > vw && rest <= 4 && rest > 0 && isa != KernelIsa::kPortable && !bf16) {
     LinearExactOn(w, x, n - rest, y, pool_or_null);
     LinearExactOn(w, x + (n - rest) * w.cols, rest, y + (n - rest) * w.rows, pool_or_null);
     return;
   }
-  if (UsesBf16Gemm(w, n)) {
-    // The bf16-activation GEMM (linear_bf16.h): the model checked Bf16GemmAvailable() when
-    // it set the mode; a later change of M2_KERNELS is caught here, not run on the wrong ISA.
-    M2_CHECK(isa == KernelIsa::kAvx512 && Cpu().avx512_bf16, "bf16 activations need AVX-512 BF16 and the avx512 kernels (active: {})", IsaName(isa));
+  // The bf16-activation GEMM (linear_bf16.h): the model checked Bf16GemmAvailable() when it
+  // set the mode; a later change of M2_KERNELS is caught here, not run on the wrong ISA.
+  M2_CHECK(!bf16 || (isa == KernelIsa::kAvx512 && Cpu().avx512_bf16),
+           "bf16 activations need AVX-512 BF16 and the avx512 kernels (active: {})", IsaName(isa));
+  if (bf16 || (n > kMaxGemvTokens && isa != KernelIsa::kPortable && (w.format != WeightFormat::kFp8Block || (w.block_cols % 16 == 0 && (w.block_cols & (w.block_cols - 1)) == 0)))) {
+    // Prefill: tokens in chunks whose transposed copy stays in L2 while every row
+    // panel streams past it. Each chunk is transposed once, by this thread (and, for the
+    // bf16 GEMM, packed into bf16 pairs).
     constexpr int64_t kChunk = 128;
     thread_local std::vector<float> xt;
     thread_local std::vector<uint32_t> xp;
     for (int64_t t0 = 0; t0 < n; t0 += kChunk) {
-      const int64_t nt = std::min(kChunk, n - t0), ntp = (nt + 15) / 16 * 16;
-      if (xt.size() < static_cast<size_t>(w.cols * ntp)) xt.resize(static_cast<size_t>(w.cols * ntp));
-      if (xp.size() < static_cast<size_t>(w.cols / 2 * ntp)) xp.resize(static_cast<size_t>(w.cols / 2 * ntp));
-      TransposeTokens(x + t0 * w.cols, nt, w.cols, xt.data(), ntp, pool);
-      PackTokensBf16Avx512(xt.data(), ntp, w.cols, xp.data());
-      float* yc = y + t0 * w.rows;
-      const uint32_t* xtp = xp.data();
-      const auto body = [&, xtp](int64_t r0, int64_t r1, int) { GemmRowsBf16Avx512(w, xtp, ntp, nt, yc, r0, r1); };
-      if (parallel) pool->ParallelFor(w.rows, 24, body);
-      else body(0, w.rows, 0);
-    }
-    return;
-  }
-  if (n > kMaxGemvTokens && isa != KernelIsa::kPortable && (w.format != WeightFormat::kFp8Block || (w.block_cols % 16 == 0 && (w.block_cols & (w.block_cols - 1)) == 0))) {
-    // Prefill: tokens in chunks whose transposed copy stays in L2 while every row
-    // panel streams past it. Each chunk is transposed once, by this thread.
-    constexpr int64_t kChunk = 128;
-    thread_local std::vector<float> xt;
-    for (int64_t t0 = 0; t0 < n; t0 += kChunk) {
       const int64_t nt = std::min(kChunk, n - t0), ntp = (nt + vw - 1) / vw * vw;
       if (xt.size() < static_cast<size_t>(w.cols * ntp)) xt.resize(static_cast<size_t>(w.cols * ntp));
       TransposeTokens(x + t0 * w.cols, nt, w.cols, xt.data(), ntp, pool);
+      if (bf16) {
+        if (xp.size() < static_cast<size_t>(w.cols / 2 * ntp)) xp.resize(static_cast<size_t>(w.cols / 2 * ntp));
+        PackTokensBf16Avx512(xt.data(), ntp, w.cols, xp.data());
+      }
       float* yc = y + t0 * w.rows;
       const float* xtp = xt.data();  // a thread_local named in the lambda would be the worker's own
-      const auto body = [&, xtp](int64_t r0, int64_t r1, int) {
-        if (isa == KernelIsa::kAvx512) GemmRowsTransposedAvx512(w, xtp, ntp, nt, yc, r0, r1);
+      const uint32_t* xpp = xp.data();
+      const auto body = [&, xtp, xpp](int64_t r0, int64_t r1, int) {
+        if (bf16) GemmRowsBf16Avx512(w, xpp, ntp, nt, yc, r0, r1);
+        else if (isa == KernelIsa::kAvx512) GemmRowsTransposedAvx512(w, xtp, ntp, nt, yc, r0, r1);
         else GemmRowsTransposedAvx2(w, xtp, ntp, nt, yc, r0, r1);
       };
       if (parallel) pool->ParallelFor(w.rows, 24, body);  // 24: whole panels of 12 rows
