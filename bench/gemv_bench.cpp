@@ -7,6 +7,8 @@
 //   build/bench/gemv_bench --batch [MiB]   batched decode on all threads
 //   build/bench/gemv_bench --int8 [MiB]    q8 / q4: fp32 against int8 activations (every int8
 //                                           kernel this CPU runs, taking turns), all threads
+//   build/bench/gemv_bench --gemm [MiB]    q8 / q4 prefill GEMMs: exact, bf16 and int8 activations
+//                                           (each where the CPU has it, taking turns), all threads
 //   build/bench/gemv_bench --attention     decode attention over 1k-32k cached positions, one thread
 //   build/bench/gemv_bench --small         cache-resident small matrices (the bundled model's) at
 //                                           1-9 tokens, one thread, against the FMA peak
@@ -29,6 +31,7 @@
 #include "base/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/linear.h"
+#include "kernels/linear_bf16.h"
 #include "kernels/linear_int8.h"
 #include "kernels/probe.h"
 
@@ -221,6 +224,75 @@ int Int8Mode(int64_t total) {
   return 0;
 }
 
+// Prefill GEMMs of q8 / q4 weights (`gemv_bench --gemm [MiB]`), all threads, an expert's
+// shapes: exact (fp32 FMA), bf16 (vdpbf16ps, AVX-512 BF16) and int8 (vpdpbusd, AVX-512
+// VNNI) activations through Linear(), each where the CPU has it, taking turns within each
+// repetition; GFLOP/s (2 per multiply-add) next to the FMA peak measured here.
+int GemmMode(int64_t total) {
+  m2::ThreadPool& pool = m2::ThreadPool::Global();
+  double peak = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<double> flops(static_cast<size_t>(pool.size()));
+    const auto t0 = Clock::now();
+    pool.ParallelFor(pool.size(), 1, [&](int64_t b, int64_t e, int th) {
+      for (int64_t i = b; i < e; ++i) flops[static_cast<size_t>(th)] += m2::FmaBurst(20'000'000);
+    });
+    double sum = 0;
+    for (double f : flops) sum += f;
+    peak = std::max(peak, sum / Seconds(t0));
+  }
+  std::vector<std::pair<const char*, m2::ActivationMode>> modes = {{"exact", m2::ActivationMode::kExact}};
+  if (m2::Bf16GemmAvailable()) modes.push_back({"bf16", m2::ActivationMode::kBf16Prefill});
+  if (m2::Int8GemmAvailable()) modes.push_back({"int8", m2::ActivationMode::kInt8DecodeInt8Prefill});
+  const auto burst_peak = [&](double (*burst)(int64_t)) {
+    double best = 0;
+    for (int rep = 0; rep < 3; ++rep) {
+      std::vector<double> ops(static_cast<size_t>(pool.size()));
+      const auto t0 = Clock::now();
+      pool.ParallelFor(pool.size(), 1, [&](int64_t b, int64_t e, int th) {
+        for (int64_t i = b; i < e; ++i) ops[static_cast<size_t>(th)] += burst(20'000'000);
+      });
+      double sum = 0;
+      for (double o : ops) sum += o;
+      best = std::max(best, sum / Seconds(t0));
+    }
+    return best;
+  };
+  std::printf("%d threads, %s kernels; fp32 FMA peak %.1f GFLOP/s", pool.size(), m2::IsaName(m2::ActiveIsa()),
+              peak / 1e9);
+  if (m2::Bf16GemmAvailable()) std::printf(", vdpbf16ps peak %.1f", burst_peak(m2::Bf16DotBurstAvx512) / 1e9);
+  if (m2::Int8GemmAvailable()) std::printf(", vpdpbusd peak %.1f Gop/s", burst_peak(m2::Int8DotBurstAvx512Vnni) / 1e9);
+  std::printf("; %zu prefill paths (percentages: of the FMA peak)\n", modes.size());
+  std::printf("%-6s %6s %6s %6s", "format", "rows", "cols", "tokens");
+  for (const auto& m : modes) std::printf(" %9s GFLOP/s", m.first);
+  std::printf("\n");
+  for (auto f : {m2::WeightFormat::kQ8, m2::WeightFormat::kQ4})
+    for (auto [r, c] : {std::pair<int64_t, int64_t>{1536, 3072}, {3072, 1536}}) {
+      Set s = Make(f, r, c, total);
+      for (int64_t n : {16, 40, 64, 128, 512}) {
+        std::vector<float> xs(static_cast<size_t>(n * c)), ys(static_cast<size_t>(n * r));
+        for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.01f * static_cast<float>(i));
+        std::vector<double> best(modes.size());
+        for (int rep = 0; rep < 5; ++rep)
+          for (size_t v = 0; v < modes.size(); ++v) {
+            const auto t0 = Clock::now();
+            int calls = 0;
+            do {
+              m2::LinearWeight& w = s.mats[static_cast<size_t>(calls) % s.mats.size()];
+              w.activations = modes[v].second;
+              m2::LinearOnPool(w, xs.data(), n, ys.data(), pool);
+            } while (++calls < 4 || Seconds(t0) < 0.04);
+            best[v] = std::max(best[v], 2.0 * static_cast<double>(r * c * n) * calls / Seconds(t0));
+          }
+        std::printf("%-6s %6lld %6lld %6lld", m2::WeightFormatName(f), static_cast<long long>(r),
+                    static_cast<long long>(c), static_cast<long long>(n));
+        for (double b : best) std::printf(" %9.1f (%3.0f%%)", b / 1e9, 100.0 * b / peak);
+        std::printf("\n");
+      }
+    }
+  return 0;
+}
+
 // Small cache-resident matrices (`gemv_bench --small`): the bundled model's shapes (hidden
 // 192, bf16), one thread, the kernel alone (no thread pool), 1-9 tokens: speculative
 // verification and batched decode of a model that lives in the cache are compute-bound,
@@ -340,6 +412,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--attention") == 0) return AttentionMode();
   if (argc > 1 && std::strcmp(argv[1], "--small") == 0) return SmallMode();
   if (argc > 1 && std::strcmp(argv[1], "--batch") == 0) return BatchMode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
+  if (argc > 1 && std::strcmp(argv[1], "--gemm") == 0) return GemmMode((argc > 2 ? std::atoll(argv[2]) : 512) << 20);
   if (argc > 1 && std::strcmp(argv[1], "--int8") == 0) return Int8Mode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
   const int64_t mib = argc > 1 ? std::atoll(argv[1]) : 512;
   const int64_t total = mib << 20;

@@ -32,6 +32,7 @@ double MeasureBandwidth(ThreadPool& pool) {
 
 double MeasurePeakFlops(ThreadPool& pool) { return MeasurePeak(pool, FmaBurst); }
 double MeasurePeakBf16Flops(ThreadPool& pool) { return MeasurePeak(pool, Bf16DotBurstAvx512); }
+double MeasurePeakInt8Ops(ThreadPool& pool) { return MeasurePeak(pool, Int8DotBurstAvx512Vnni); }
 
 double MeasurePeak(ThreadPool& pool, double (*burst)(int64_t)) {
   double best = 0;

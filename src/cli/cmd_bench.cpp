@@ -36,6 +36,7 @@
 #include "runtime/engine.h"
 #include "cli/commands.h"
 #include "kernels/linear_bf16.h"
+#include "kernels/linear_int8.h"
 #include "kernels/probe.h"
 #include "model/model.h"
 #include "cli/bench_spec.h"
@@ -324,12 +325,16 @@ int Run(const BenchOptions& o) {
   const double bandwidth_before = MeasureBandwidth(pool);
   const double peak_before = MeasurePeakFlops(pool);
   // With bf16 prefill (--activations bf16 / int8+bf16) its GEMMs run at the vdpbf16ps rate,
-  // twice the FMA's: the prefill rows are then divided by that ceiling. (Without AVX-512
-  // BF16 the model load below refuses the mode; the burst would not run here.)
+  // twice the FMA's, with int8 prefill (int8+int8) at the vpdpbusd rate, four times: the
+  // prefill rows are then divided by that ceiling. (Without the instructions the model load
+  // below refuses the mode; the burst would not run here.)
   const ActivationMode mode = ActivationsOf(o.activations);
   const bool bf16 = (mode == ActivationMode::kBf16Prefill || mode == ActivationMode::kInt8DecodeBf16Prefill) &&
                     Bf16GemmAvailable();
-  const double peak_bf16_before = bf16 ? MeasurePeakBf16Flops(pool) : 0.0;
+  const bool int8_gemm = mode == ActivationMode::kInt8DecodeInt8Prefill && Int8GemmAvailable();
+  const bool dot = bf16 || int8_gemm;  // a dot-product ceiling for the prefill rows
+  const auto measure_dot = [&] { return bf16 ? MeasurePeakBf16Flops(pool) : int8_gemm ? MeasurePeakInt8Ops(pool) : 0.0; };
+  const double peak_dot_before = measure_dot();
   { std::ofstream("/proc/self/clear_refs") << "5"; }  // restart the peak-RSS count
 
   auto model = LoadModel(o.model, {.pool = &pool, .activations = mode}, *par);
@@ -515,11 +520,11 @@ int Run(const BenchOptions& o) {
   std::fprintf(stderr, "measuring the machine again...\n");
   const double bandwidth_after = MeasureBandwidth(pool);
   const double peak_after = MeasurePeakFlops(pool);
-  const double peak_bf16_after = bf16 ? MeasurePeakBf16Flops(pool) : 0.0;
+  const double peak_dot_after = measure_dot();
   const double bandwidth = std::max(bandwidth_before, bandwidth_after);
   const double peak = std::max(peak_before, peak_after);
-  const double peak_bf16 = std::max(peak_bf16_before, peak_bf16_after);
-  const double prefill_peak = bf16 ? peak_bf16 : peak;  // what prefill rows are divided by
+  const double peak_dot = std::max(peak_dot_before, peak_dot_after);
+  const double prefill_peak = dot ? peak_dot : peak;  // what prefill rows are divided by
 
   if (streams_rows.is_array())
     for (auto& r : streams_rows)
@@ -587,10 +592,11 @@ int Run(const BenchOptions& o) {
                       {"batched_decode", streams_rows}, {"prefix_cache", prefix}, {"sampling", sampling},
                       {"ceilings_measured", {{"before", {{"read_bandwidth_bytes_per_s", bandwidth_before}, {"peak_fp32_flops", peak_before}}},
                                              {"after", {{"read_bandwidth_bytes_per_s", bandwidth_after}, {"peak_fp32_flops", peak_after}}}}}};
-  if (bf16) {
-    j["peak_bf16_flops"] = peak_bf16;
-    j["ceilings_measured"]["before"]["peak_bf16_flops"] = peak_bf16_before;
-    j["ceilings_measured"]["after"]["peak_bf16_flops"] = peak_bf16_after;
+  if (dot) {
+    const char* key = bf16 ? "peak_bf16_flops" : "peak_int8_ops";
+    j[key] = peak_dot;
+    j["ceilings_measured"]["before"][key] = peak_dot_before;
+    j["ceilings_measured"]["after"][key] = peak_dot_after;
   }
   if (m.ranks() > 1) j["ranks"] = rank_rows;
   j["failed"] = any_failed;
@@ -603,15 +609,16 @@ int Run(const BenchOptions& o) {
               IsaName(ActiveIsa()), threads, bandwidth / 1e9, peak / 1e9, o.activations.c_str());
   std::printf("  (the higher of two measurements: before the timings %.1f GB/s, %.1f GFLOP/s; after %.1f GB/s, %.1f GFLOP/s)\n",
               bandwidth_before / 1e9, peak_before / 1e9, bandwidth_after / 1e9, peak_after / 1e9);
-  if (bf16)
-    std::printf("  bf16 dot-product peak (vdpbf16ps) %.1f GFLOP/s (before %.1f, after %.1f): the prefill rows' \"of peak\"\n",
-                peak_bf16 / 1e9, peak_bf16_before / 1e9, peak_bf16_after / 1e9);
+  if (dot)
+    std::printf("  %s peak (%s) %.1f %s (before %.1f, after %.1f): the prefill rows' \"of peak\"\n",
+                bf16 ? "bf16 dot-product" : "int8 dot-product", bf16 ? "vdpbf16ps" : "vpdpbusd", peak_dot / 1e9,
+                bf16 ? "GFLOP/s" : "Gop/s", peak_dot_before / 1e9, peak_dot_after / 1e9);
   const auto mean_sd = [](const nlohmann::json& st) {
     return fmt::format("{:.2f} +- {:.2f}", st["mean"].get<double>(), st["stddev"].get<double>());
   };
   if (!prefill_rows.empty())
     std::printf("\n%-10s %12s %12s %22s %14s %12s\n", "prefill", "best tok/s", "median", "mean +- sd (n)", "GFLOP/s (best)",
-                bf16 ? "of bf16 peak" : "of peak");
+                bf16 ? "of bf16 peak" : int8_gemm ? "of int8 peak" : "of peak");
   for (const auto& r : prefill_rows) {
     if (r.contains("error")) {
       std::printf("%-10lld FAILED: %s\n", (long long)r["tokens"].get<int64_t>(), r["error"].get<std::string>().c_str());

@@ -34,16 +34,17 @@ struct EngineFlags {
 // one thread per available core).
 void AddThreadsFlag(CLI::App* cmd, int& threads);
 
-// --activations exact|int8|bf16|int8+bf16 (or another flag name) into `value`: how q8 / q4 weights
+// --activations exact|int8|bf16|int8+bf16|int8+int8 (or another flag name) into `value`: how q8 / q4 weights
 // (int8: kernels/linear_int8.h) or bf16 / FP8 weights (bf16: kernels/linear_bf16.h) meet
 // their activations. Every command that runs the model has it.
 void AddActivationsFlag(CLI::App* cmd, std::string& value, const std::string& name = "--activations");
 // The mode for --activations: int8 means int8 in decode steps (ActivationMode::kInt8Decode),
 // or in every product when `everywhere` (m2 perplexity: its KL then covers every token);
-// bf16 and int8+bf16 are the same either way (a perplexity pass is all prefill).
+// bf16, int8+bf16 and int8+int8 are the same either way (a perplexity pass is all prefill).
 inline ActivationMode ActivationsOf(const std::string& value, bool everywhere = false) {
   if (value == "bf16") return ActivationMode::kBf16Prefill;
   if (value == "int8+bf16") return ActivationMode::kInt8DecodeBf16Prefill;
+  if (value == "int8+int8") return ActivationMode::kInt8DecodeInt8Prefill;
   return value != "int8" ? ActivationMode::kExact : everywhere ? ActivationMode::kInt8 : ActivationMode::kInt8Decode;
 }
 

@@ -31,7 +31,16 @@ inline constexpr int64_t kMaxGemvTokens = 8;
 // FP8, q8, q4 weights on CPUs with AVX-512 BF16; linear_bf16.h): activations rounded to
 // bf16 in the prefill GEMM (more than kMaxGemvTokens tokens), exact kernels for decode.
 // kInt8DecodeBf16Prefill (q8 / q4): int8 for decode, bf16 for prefill.
-enum class ActivationMode : uint8_t { kExact, kInt8Decode, kInt8, kBf16Prefill, kInt8DecodeBf16Prefill };
+// kInt8DecodeInt8Prefill (q8 / q4 on CPUs with AVX-512 VNNI): int8 for decode and for
+// prefill, there on the int8 GEMM (linear_int8.h), which gives the reference's bits.
+enum class ActivationMode : uint8_t {
+  kExact,
+  kInt8Decode,
+  kInt8,
+  kBf16Prefill,
+  kInt8DecodeBf16Prefill,
+  kInt8DecodeInt8Prefill
+};
 
 // Columns per scale in kQ8 / kQ4.
 inline constexpr int64_t kQuantGroup = 32;

@@ -69,6 +69,13 @@ bool LinearInt8RowsReference(const LinearWeight& w, const Int8Activations& a, fl
   return true;
 }
 
+bool Int8GemmAvailable() { return ActiveIsa() == KernelIsa::kAvx512 && Cpu().avx512_vnni; }
+
+bool UsesInt8Gemm(const LinearWeight& w, int64_t n) {
+  return w.activations == ActivationMode::kInt8DecodeInt8Prefill && n > kMaxGemvTokens &&
+         (w.format == WeightFormat::kQ8 || w.format == WeightFormat::kQ4);
+}
+
 Int8RowsFn Int8RowsKernel(KernelIsa isa, const CpuFeatures& cpu) {
   switch (isa) {
     case KernelIsa::kPortable: return LinearInt8RowsReference;

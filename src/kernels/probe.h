@@ -20,6 +20,10 @@ double FmaBurstAvx512(int64_t iters);
 // As FmaBurst with vdpbf16ps (32 multiply-adds per instruction): the ceiling of the bf16
 // prefill GEMM (linear_bf16.h). Needs AVX-512 BF16 (in linear_bf16_avx512.cpp).
 double Bf16DotBurstAvx512(int64_t iters);
+// As FmaBurst with vpdpbusd (64 int8 multiply-adds per instruction): the ceiling of the
+// int8 prefill GEMM (linear_int8.h), in operations per second. Needs AVX-512 VNNI (in
+// linear_int8_gemm_avx512.cpp).
+double Int8DotBurstAvx512Vnni(int64_t iters);
 double FmaBurstAvx2(int64_t iters);
 
 }  // namespace m2

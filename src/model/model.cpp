@@ -18,14 +18,15 @@
 #include "base/cpu.h"
 #include "kernels/linear.h"
 #include "kernels/linear_bf16.h"
+#include "kernels/linear_int8.h"
 #include "kernels/ops.h"
 
 namespace m2 {
 
 namespace {
 
-// Gives the weights their ActivationMode for LoadOptions::activations: int8 to q8 / q4
-// weights; bf16 prefill to bf16, FP8, q8 and q4 weights; int8 + bf16 both to q8 / q4 and
+// Gives the weights their ActivationMode for LoadOptions::activations: int8 (or int8 +
+// int8 prefill) to q8 / q4 weights; bf16 prefill to bf16, FP8, q8 and q4 weights; int8 + bf16 both to q8 / q4 and
 // bf16 prefill to the others. The MoE routers and the output head keep exact prefill: a
 // rounded activation can flip a close choice of experts (the reference routes in fp32) and
 // the routers are a tiny part of the work; a prompt's prefill computes logits for its last
@@ -33,11 +34,17 @@ namespace {
 Status SetActivations(ModelWeights& weights, ActivationMode mode) {
   if (mode == ActivationMode::kExact) return Status::Ok();
   const bool bf16 = mode == ActivationMode::kBf16Prefill || mode == ActivationMode::kInt8DecodeBf16Prefill;
+  const bool int8_prefill = mode == ActivationMode::kInt8DecodeInt8Prefill;
   const bool int8 = mode != ActivationMode::kBf16Prefill;
+  const char* flag = int8_prefill ? "int8+int8" : bf16 ? (int8 ? "int8+bf16" : "bf16") : "int8";
   if (bf16 && !Bf16GemmAvailable())
     return Error("--activations {} needs a CPU with AVX-512 BF16 (vdpbf16ps) and the avx512 kernels; this one has {} "
                  "and runs the {} kernels",
-                 int8 ? "int8+bf16" : "bf16", Cpu().Describe(), IsaName(ActiveIsa()));
+                 flag, Cpu().Describe(), IsaName(ActiveIsa()));
+  if (int8_prefill && !Int8GemmAvailable())
+    return Error("--activations int8+int8 needs a CPU with AVX-512 VNNI (vpdpbusd) and the avx512 kernels; this one "
+                 "has {} and runs the {} kernels (--activations int8 runs int8 decode steps on any AVX2 CPU)",
+                 Cpu().Describe(), IsaName(ActiveIsa()));
   int64_t quantized = 0, taken = 0;
   ForEachLinear(weights, [&](LinearWeight& w) {
     const bool q = w.format == WeightFormat::kQ8 || w.format == WeightFormat::kQ4;
@@ -50,12 +57,12 @@ Status SetActivations(ModelWeights& weights, ActivationMode mode) {
     w.activations = m;
   });
   if (int8 && quantized == 0)
-    return Error("--activations {} needs q8 or q4 weights (m2 quantize); this checkpoint has none",
-                 bf16 ? "int8+bf16" : "int8");
+    return Error("--activations {} needs q8 or q4 weights (m2 quantize); this checkpoint has none", flag);
   if (taken == 0) return Error("--activations bf16 needs bf16, FP8, q8 or q4 weights; this checkpoint has none");
   const auto exact_prefill = [](LinearWeight& w) {
     if (w.activations == ActivationMode::kBf16Prefill) w.activations = ActivationMode::kExact;
-    if (w.activations == ActivationMode::kInt8DecodeBf16Prefill) w.activations = ActivationMode::kInt8Decode;
+    if (w.activations == ActivationMode::kInt8DecodeBf16Prefill || w.activations == ActivationMode::kInt8DecodeInt8Prefill)
+      w.activations = ActivationMode::kInt8Decode;
   };
   exact_prefill(weights.lm_head);
   for (LayerWeights& l : weights.layers) exact_prefill(l.moe.gate);

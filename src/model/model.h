@@ -80,7 +80,8 @@ struct LoadOptions {
   // stay exact. An error on a model without q8 / q4 weights. kBf16Prefill: prefill bf16 /
   // FP8 / q8 / q4 weights with activations rounded to bf16 (kernels/linear_bf16.h);
   // kInt8DecodeBf16Prefill: both. An error on a CPU without AVX-512 BF16 or a model
-  // without such weights (SetActivations in model.cpp).
+  // without such weights (SetActivations in model.cpp). kInt8DecodeInt8Prefill: int8 for
+  // q8 / q4 weights in prefill too, on the int8 GEMM; an error without AVX-512 VNNI.
   ActivationMode activations = ActivationMode::kExact;
   // Split the model over the ranks of `comm` (model/parallel.h; not owned, it must outlive
   // the model). Every rank loads the model with its own comm; rank 0 then uses it like any

@@ -447,6 +447,75 @@ TEST(Int8ActivationsTest, DecodeModeIsInt8UpToTheGemvLimitOnly) {
   }
 }
 
+// The int8 prefill GEMM (kInt8DecodeInt8Prefill, more than kMaxGemvTokens tokens): the
+// reference's bits for every token, whatever the batch: token counts across the 16-token
+// vectors, the 32-token tiles and the 128-token chunks, row counts that leave partial
+// panels, column counts with a partial 256-column chunk (and a single group); q8 codes
+// including -128. Up to kMaxGemvTokens the mode is the int8 decode kernels' (kInt8Decode).
+TEST(Int8GemmTest, GivesTheReferenceBitsForEveryToken) {
+  if (!Int8GemmAvailable()) GTEST_SKIP() << "no AVX-512 VNNI (or M2_KERNELS forces another family): " << Cpu().Describe();
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const Case& c : std::vector<Case>{{WeightFormat::kQ4, 37, 800},
+                                         {WeightFormat::kQ8, 37, 800},
+                                         {WeightFormat::kQ4, 12, 32},
+                                         {WeightFormat::kQ8, 25, 256},
+                                         {WeightFormat::kQ4, 300, 512}}) {
+    Weight m = Make(c, rng);
+    if (c.format == WeightFormat::kQ8) m.data[5] = 0x80;  // -128: w + 128 = 0 as the unsigned operand
+    for (int64_t n : {9, 16, 17, 32, 45, 128, 131, 200}) {
+      if (c.rows == 300 && n > 45) continue;
+      std::vector<float> x(static_cast<size_t>(n * c.cols));
+      for (auto& v : x) v = nd(rng);
+      for (int64_t j = 0; j < c.cols; j += 7) x[static_cast<size_t>(j)] *= 40.0f;  // uneven group scales
+      const Int8Input in = QuantizeForInt8(x, n, c.cols);
+      std::vector<float> ref(static_cast<size_t>(n * c.rows)), got(ref.size(), -1.0f);
+      ASSERT_TRUE(LinearInt8RowsReference(m.w, in.a, ref.data(), 0, c.rows));
+      m.w.activations = ActivationMode::kInt8DecodeInt8Prefill;
+      ASSERT_TRUE(UsesInt8Gemm(m.w, n));
+      Linear(m.w, x.data(), n, got.data());
+      ASSERT_EQ(got, ref) << WeightFormatName(c.format) << " " << c.rows << "x" << c.cols << " n=" << n;
+      // The last token alone: the int8 decode kernel (checked against the reference above).
+      std::vector<float> one(static_cast<size_t>(c.rows)), decode(one.size());
+      Linear(m.w, x.data() + (n - 1) * c.cols, 1, one.data());
+      m.w.activations = ActivationMode::kInt8Decode;
+      Linear(m.w, x.data() + (n - 1) * c.cols, 1, decode.data());
+      EXPECT_EQ(one, decode);
+    }
+  }
+}
+
+// One token with a NaN (or an infinity) among tokens without: its outputs are NaN, the
+// others' are still the reference's; the mode is refused by UsesInt8Gemm for other formats
+// and for decode-sized products.
+TEST(Int8GemmTest, NanInNanOutAndOnlyForPrefillOfQ8Q4) {
+  if (!Int8GemmAvailable()) GTEST_SKIP() << "no AVX-512 VNNI (or M2_KERNELS forces another family): " << Cpu().Describe();
+  std::mt19937 rng(23);
+  Weight m = Make({WeightFormat::kQ4, 24, 96}, rng);
+  const int64_t n = 20;
+  std::vector<float> x(static_cast<size_t>(n * 96), 0.25f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
+  x[5 * 96 + 40] = std::numeric_limits<float>::quiet_NaN();
+  x[11 * 96 + 3] = std::numeric_limits<float>::infinity();
+  const Int8Input in = QuantizeForInt8(x, n, 96);
+  std::vector<float> ref(static_cast<size_t>(n * 24)), got(ref.size());
+  ASSERT_TRUE(LinearInt8RowsReference(m.w, in.a, ref.data(), 0, 24));
+  m.w.activations = ActivationMode::kInt8DecodeInt8Prefill;
+  Linear(m.w, x.data(), n, got.data());
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t r = 0; r < 24; ++r) {
+      const float v = got[t * 24 + r];
+      if (t == 5 || t == 11) ASSERT_TRUE(std::isnan(v)) << t << " " << r;
+      else ASSERT_EQ(v, ref[t * 24 + r]) << t << " " << r;
+    }
+  EXPECT_FALSE(UsesInt8Gemm(m.w, kMaxGemvTokens));
+  m.w.activations = ActivationMode::kInt8;
+  EXPECT_FALSE(UsesInt8Gemm(m.w, 40));
+  Weight b = Make({WeightFormat::kBF16, 8, 64}, rng);
+  b.w.activations = ActivationMode::kInt8DecodeInt8Prefill;
+  EXPECT_FALSE(UsesInt8Gemm(b.w, 40));
+}
+
 }  // namespace
 }  // namespace m2
 
