@@ -57,6 +57,8 @@ Environment:
   M2_FAST         1: also time m2 with its fast activations, --activations bf16 on FP8 and
                   int8+bf16 on q8 / q4 (needs AVX-512 BF16); 0: exact only (default: 1 where
                   the CPU has AVX-512 BF16)
+  M2_INT8         1: also time m2's q8 / q4 with --activations int8+int8 (int8 decode and the int8
+                  prefill GEMM; needs AVX-512 VNNI); 0: not (default: 1 where the CPU has AVX-512 VNNI)
 
 What is timed (tokens/s; random token ids on both sides, the same lengths):
   m2 bench      prefill: 512 tokens, best of 2 runs (the first is the warm-up)
@@ -94,6 +96,8 @@ threads=${THREADS:-2}
 [[ $threads =~ ^[1-9][0-9]*$ ]] || { echo "compare_llamacpp.sh: THREADS must be a positive integer, found '$threads'" >&2; exit 2; }
 fast=${M2_FAST:-$(grep -qw avx512_bf16 /proc/cpuinfo && echo 1 || echo 0)}
 [[ $fast =~ ^[01]$ ]] || { echo "compare_llamacpp.sh: M2_FAST must be 0 or 1, found '$fast'" >&2; exit 2; }
+int8=${M2_INT8:-$(grep -qw avx512_vnni /proc/cpuinfo && echo 1 || echo 0)}
+[[ $int8 =~ ^[01]$ ]] || { echo "compare_llamacpp.sh: M2_INT8 must be 0 or 1, found '$int8'" >&2; exit 2; }
 
 # --- progress and errors --------------------------------------------------------------------
 step="start"
@@ -132,6 +136,10 @@ names = ["m2-fp8", "m2-q8", "m2-q4", "llama-q8_0-outbf16", "llama-q8_0", "llama-
 fast = os.path.exists(f"{results}/m2-fp8-fast-1.json")
 if fast:
     names += ["m2-fp8-fast", "m2-q8-fast", "m2-q4-fast"]
+# And the int8 prefill GEMM (--activations int8+int8, AVX-512 VNNI) on q8 / q4 likewise.
+int8 = os.path.exists(f"{results}/m2-q8-int8-1.json")
+if int8:
+    names += ["m2-q8-int8", "m2-q4-int8"]
 rounds = []
 for r in range(1, 1000):
     found = [os.path.exists(f"{results}/{n}-{r}.json" if n.startswith("m2") else f"{results}/{n}-{r}.json.d0")
@@ -205,9 +213,14 @@ for m2_label, m2_name, m2_path, ll_label, ll_name in pairs:
         ratio = (f"{statistics.median(a[key]) / statistics.median(b[key]):13.2f}"
                  if a[key] and b[key] else f"{'n/a':>13}")
         print(f"  {label:<18} {cell(a[key])} {cell(b[key])} {ratio}")
-    if fast:  # the same m2 model with its fast activations, against the same llama.cpp runs
-        f = m2_numbers(m2_name + "-fast")
-        acts = "bf16" if m2_name == "fp8" else "int8+bf16"
+    # The same m2 model with its fast activations, against the same llama.cpp runs.
+    variants = []
+    if fast:
+        variants.append(("-fast", "bf16" if m2_name == "fp8" else "int8+bf16"))
+    if int8 and m2_name != "fp8":
+        variants.append(("-int8", "int8+int8"))
+    for suffix, acts in variants:
+        f = m2_numbers(m2_name + suffix)
         print(f"  m2 --activations {acts}:")
         for label, key in rows:
             ratio = (f"{statistics.median(f[key]) / statistics.median(b[key]):13.2f}"
@@ -463,6 +476,9 @@ runs=(
 )
 if [ "$fast" = 1 ]; then
   runs+=("m2 fp8-fast $slice bf16" "m2 q8-fast $cache/m2-q8-lmq8 int8+bf16" "m2 q4-fast $cache/m2-q4-lmq8 int8+bf16")
+fi
+if [ "$int8" = 1 ]; then
+  runs+=("m2 q8-int8 $cache/m2-q8-lmq8 int8+int8" "m2 q4-int8 $cache/m2-q4-lmq8 int8+int8")
 fi
 for round in $(seq "$rounds"); do
   phase "benchmark round $round of $rounds"
