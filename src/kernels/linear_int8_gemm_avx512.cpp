@@ -92,7 +92,18 @@ void UnpackRow(const LinearWeight& w, int64_t r, int64_t k0, int64_t kc, uint8_t
   if constexpr (kQ4) {
     const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * (w.cols / 2) + k0 / 2;
     const __m128i nib = _mm_set1_epi8(0x0f);
-    for (int64_t k = 0; k < kc; k += kQuantGroup) {
+    int64_t k = 0;
+    // Four groups (64 bytes) at a time: the low and high nibbles of every byte, then each
+    // group's 16 low values followed by its 16 high ones (128-bit lanes interleaved).
+    const __m512i nib4 = _mm512_set1_epi8(0x0f);
+    const __m512i first = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), second = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+    for (; k + 4 * kQuantGroup <= kc; k += 4 * kQuantGroup) {
+      const __m512i b = _mm512_loadu_si512(p + k / 2);
+      const __m512i lo = _mm512_and_si512(b, nib4), hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), nib4);
+      _mm512_storeu_si512(dst + k, _mm512_permutex2var_epi64(lo, first, hi));
+      _mm512_storeu_si512(dst + k + 64, _mm512_permutex2var_epi64(lo, second, hi));
+    }
+    for (; k < kc; k += kQuantGroup) {
       const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + k / 2));
       const __m256i u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), nib), _mm_and_si128(b, nib));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + k), u);
@@ -133,7 +144,12 @@ void Gemm(const LinearWeight& w, const Int8TokenTiles& x, float* y, int64_t r0, 
         }
         UnpackRow<kQ4>(w, p0 + i, k0, kc, wd + i * kKC);
         const uint16_t* s = static_cast<const uint16_t*>(w.scale) + (p0 + i) * G + k0 / kQuantGroup;
-        for (int64_t g = 0; g < kc / kQuantGroup; ++g) gs[i * kGroups + g] = _cvtsh_ss(s[g]);
+        int64_t g = 0;
+        if (kc == kKC) {  // the 8 scales of a whole chunk at once
+          _mm256_storeu_ps(gs + i * kGroups, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s))));
+          g = kGroups;
+        }
+        for (; g < kc / kQuantGroup; ++g) gs[i * kGroups + g] = _cvtsh_ss(s[g]);
       }
       for (int64_t tile = 0; tile < ntp; tile += kTokenTile) {
         const int64_t tw = ntp - tile < kTokenTile ? ntp - tile : kTokenTile;
