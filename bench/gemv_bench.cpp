@@ -243,7 +243,8 @@ int GemmMode(int64_t total) {
   }
   std::vector<std::pair<const char*, m2::ActivationMode>> modes = {{"exact", m2::ActivationMode::kExact}};
   if (m2::Bf16GemmAvailable()) modes.push_back({"bf16", m2::ActivationMode::kBf16Prefill});
-  if (m2::Int8GemmAvailable()) modes.push_back({"int8", m2::ActivationMode::kInt8DecodeInt8Prefill});
+  const m2::Int8GemmKernel int8_q4 = m2::Int8GemmFor(m2::WeightFormat::kQ4);
+  if (int8_q4 != m2::Int8GemmKernel::kNone) modes.push_back({"int8", m2::ActivationMode::kInt8DecodeInt8Prefill});
   const auto burst_peak = [&](double (*burst)(int64_t)) {
     double best = 0;
     for (int rep = 0; rep < 3; ++rep) {
@@ -261,7 +262,10 @@ int GemmMode(int64_t total) {
   std::printf("%d threads, %s kernels; fp32 FMA peak %.1f GFLOP/s", pool.size(), m2::IsaName(m2::ActiveIsa()),
               peak / 1e9);
   if (m2::Bf16GemmAvailable()) std::printf(", vdpbf16ps peak %.1f", burst_peak(m2::Bf16DotBurstAvx512) / 1e9);
-  if (m2::Int8GemmAvailable()) std::printf(", vpdpbusd peak %.1f Gop/s", burst_peak(m2::Int8DotBurstAvx512Vnni) / 1e9);
+  if (int8_q4 == m2::Int8GemmKernel::kAvx512Vnni)
+    std::printf(", vpdpbusd peak %.1f Gop/s", burst_peak(m2::Int8DotBurstAvx512Vnni) / 1e9);
+  else if (int8_q4 == m2::Int8GemmKernel::kAvx2)
+    std::printf(", vpmaddubsw + vpaddw peak %.1f Gop/s (int8 GEMM: AVX2, q4 only)", burst_peak(m2::Int8DotBurstAvx2) / 1e9);
   std::printf("; %zu prefill paths (percentages: of the FMA peak)\n", modes.size());
   std::printf("%-6s %6s %6s %6s", "format", "rows", "cols", "tokens");
   for (const auto& m : modes) std::printf(" %9s GFLOP/s", m.first);
@@ -275,6 +279,9 @@ int GemmMode(int64_t total) {
         std::vector<double> best(modes.size());
         for (int rep = 0; rep < 5; ++rep)
           for (size_t v = 0; v < modes.size(); ++v) {
+            if (modes[v].second == m2::ActivationMode::kInt8DecodeInt8Prefill &&
+                m2::Int8GemmFor(f) == m2::Int8GemmKernel::kNone)
+              continue;  // q8 without AVX-512 VNNI: no int8 GEMM (printed as 0)
             const auto t0 = Clock::now();
             int calls = 0;
             do {

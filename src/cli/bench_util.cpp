@@ -32,7 +32,9 @@ double MeasureBandwidth(ThreadPool& pool) {
 
 double MeasurePeakFlops(ThreadPool& pool) { return MeasurePeak(pool, FmaBurst); }
 double MeasurePeakBf16Flops(ThreadPool& pool) { return MeasurePeak(pool, Bf16DotBurstAvx512); }
-double MeasurePeakInt8Ops(ThreadPool& pool) { return MeasurePeak(pool, Int8DotBurstAvx512Vnni); }
+double MeasurePeakInt8Ops(ThreadPool& pool, bool vnni) {
+  return MeasurePeak(pool, vnni ? Int8DotBurstAvx512Vnni : Int8DotBurstAvx2);
+}
 
 double MeasurePeak(ThreadPool& pool, double (*burst)(int64_t)) {
   double best = 0;

@@ -19,8 +19,9 @@ double MeasureBandwidth(ThreadPool& pool);
 double MeasurePeakFlops(ThreadPool& pool);
 // The same with vdpbf16ps (the bf16 prefill's ceiling); only on CPUs with AVX-512 BF16.
 double MeasurePeakBf16Flops(ThreadPool& pool);
-// The same with vpdpbusd (the int8 prefill's ceiling, in int8 operations); only with AVX-512 VNNI.
-double MeasurePeakInt8Ops(ThreadPool& pool);
+// The same with the int8 prefill GEMM's instructions (its ceiling, in int8 operations):
+// vpdpbusd (vnni, AVX-512 VNNI only) or vpmaddubsw + vpaddw (AVX2).
+double MeasurePeakInt8Ops(ThreadPool& pool, bool vnni);
 // Best of 3 rounds of `burst` on every thread of the pool at once, in FLOP/s.
 double MeasurePeak(ThreadPool& pool, double (*burst)(int64_t));
 int64_t PeakRssBytes();

@@ -331,9 +331,15 @@ int Run(const BenchOptions& o) {
   const ActivationMode mode = ActivationsOf(o.activations);
   const bool bf16 = (mode == ActivationMode::kBf16Prefill || mode == ActivationMode::kInt8DecodeBf16Prefill) &&
                     Bf16GemmAvailable();
-  const bool int8_gemm = mode == ActivationMode::kInt8DecodeInt8Prefill && Int8GemmAvailable();
+  // The int8 GEMM q4 weights get (q8 has only the VNNI one): its instruction's ceiling.
+  const Int8GemmKernel int8_kernel =
+      mode == ActivationMode::kInt8DecodeInt8Prefill ? Int8GemmFor(WeightFormat::kQ4) : Int8GemmKernel::kNone;
+  const bool int8_gemm = int8_kernel != Int8GemmKernel::kNone;
+  const bool vnni = int8_kernel == Int8GemmKernel::kAvx512Vnni;
   const bool dot = bf16 || int8_gemm;  // a dot-product ceiling for the prefill rows
-  const auto measure_dot = [&] { return bf16 ? MeasurePeakBf16Flops(pool) : int8_gemm ? MeasurePeakInt8Ops(pool) : 0.0; };
+  const auto measure_dot = [&] {
+    return bf16 ? MeasurePeakBf16Flops(pool) : int8_gemm ? MeasurePeakInt8Ops(pool, vnni) : 0.0;
+  };
   const double peak_dot_before = measure_dot();
   { std::ofstream("/proc/self/clear_refs") << "5"; }  // restart the peak-RSS count
 
@@ -611,7 +617,8 @@ int Run(const BenchOptions& o) {
               bandwidth_before / 1e9, peak_before / 1e9, bandwidth_after / 1e9, peak_after / 1e9);
   if (dot)
     std::printf("  %s peak (%s) %.1f %s (before %.1f, after %.1f): the prefill rows' \"of peak\"\n",
-                bf16 ? "bf16 dot-product" : "int8 dot-product", bf16 ? "vdpbf16ps" : "vpdpbusd", peak_dot / 1e9,
+                bf16 ? "bf16 dot-product" : "int8 dot-product",
+                bf16 ? "vdpbf16ps" : vnni ? "vpdpbusd" : "vpmaddubsw + vpaddw", peak_dot / 1e9,
                 bf16 ? "GFLOP/s" : "Gop/s", peak_dot_before / 1e9, peak_dot_after / 1e9);
   const auto mean_sd = [](const nlohmann::json& st) {
     return fmt::format("{:.2f} +- {:.2f}", st["mean"].get<double>(), st["stddev"].get<double>());

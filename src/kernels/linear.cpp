@@ -148,32 +148,41 @@ void LinearInt8On(const LinearWeight& w, const float* x, int64_t n, float* y, Th
 
 // The int8 prefill GEMM (linear_int8.h): tokens in chunks of 128, each quantized into
 // tiles (spread over the pool by tokens), then the rows spread over the pool in whole
-// panels. The model checked Int8GemmAvailable() when it set the mode; a later change of
+// panels. The model checked Int8GemmFor() when it set the mode; a later change of
 // M2_KERNELS is caught here, not run on the wrong ISA.
 void LinearInt8GemmOn(const LinearWeight& w, const float* x, int64_t n, float* y, ThreadPool* pool_or_null) {
-  M2_CHECK(Int8GemmAvailable(), "int8 prefill (--activations int8+int8) needs AVX-512 VNNI and the avx512 kernels "
-           "(active: {})", IsaName(ActiveIsa()));
+  const Int8GemmKernel kernel = Int8GemmFor(w.format);
+  M2_CHECK(kernel != Int8GemmKernel::kNone,
+           "int8 prefill (--activations int8+int8) of {} weights has no kernel for the {} kernels on this CPU ({})",
+           WeightFormatName(w.format), IsaName(ActiveIsa()), Cpu().Describe());
+  const bool vnni = kernel == Int8GemmKernel::kAvx512Vnni;
   const bool parallel = pool_or_null != nullptr && pool_or_null->size() > 1 && w.rows * w.cols * n >= (1 << 16);
   ThreadPool* pool = parallel ? pool_or_null : nullptr;
   constexpr int64_t kChunk = 128;
-  const int64_t K = w.cols, G = K / kQuantGroup;
+  const int64_t K = w.cols, G = K / kQuantGroup, lanes = Int8GemmLanes(kernel);
   thread_local std::vector<uint32_t> q;
   thread_local std::vector<int32_t> negsum;
   thread_local std::vector<float> d;
   for (int64_t t0 = 0; t0 < n; t0 += kChunk) {
-    const int64_t nt = std::min(kChunk, n - t0), ntp = (nt + 15) / 16 * 16;
+    const int64_t nt = std::min(kChunk, n - t0), ntp = (nt + lanes - 1) / lanes * lanes;
     if (q.size() < static_cast<size_t>(ntp * K / 4)) q.resize(static_cast<size_t>(ntp * K / 4));
     if (d.size() < static_cast<size_t>(ntp * G)) d.resize(static_cast<size_t>(ntp * G)), negsum.resize(d.size());
     const float* xc = x + t0 * K;
     uint32_t* qp = q.data();  // a thread_local named in a lambda would be the worker's own
     int32_t* sp = negsum.data();
     float* dp = d.data();
-    const auto pack = [&, qp, sp, dp](int64_t a, int64_t b, int) { PackTokensInt8Avx512(xc, nt, K, ntp, a, b, qp, sp, dp); };
+    const auto pack = [&, qp, sp, dp](int64_t a, int64_t b, int) {
+      if (vnni) PackTokensInt8Avx512(xc, nt, K, ntp, a, b, qp, sp, dp);
+      else PackTokensInt8Avx2(xc, nt, K, ntp, a, b, qp, sp, dp);
+    };
     if (pool != nullptr) pool->ParallelFor(ntp, 8, pack);
     else pack(0, ntp, 0);
     const Int8TokenTiles tiles{.q = qp, .negsum = sp, .d = dp, .ntp = ntp, .n = nt};
     float* yc = y + t0 * w.rows;
-    const auto body = [&, tiles](int64_t r0, int64_t r1, int) { GemmRowsInt8Avx512Vnni(w, tiles, yc, r0, r1); };
+    const auto body = [&, tiles](int64_t r0, int64_t r1, int) {
+      if (vnni) GemmRowsInt8Avx512Vnni(w, tiles, yc, r0, r1);
+      else GemmRowsInt8Avx2(w, tiles, yc, r0, r1);
+    };
     if (pool != nullptr) pool->ParallelFor(w.rows, 24, body);  // 24: whole panels of 12 rows
     else body(0, w.rows, 0);
   }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "base/cpu.h"
 #include "base/dtype.h"
 
 namespace m2 {
@@ -69,7 +70,15 @@ bool LinearInt8RowsReference(const LinearWeight& w, const Int8Activations& a, fl
   return true;
 }
 
-bool Int8GemmAvailable() { return ActiveIsa() == KernelIsa::kAvx512 && Cpu().avx512_vnni; }
+Int8GemmKernel Int8GemmFor(WeightFormat f) {
+  if (f != WeightFormat::kQ8 && f != WeightFormat::kQ4) return Int8GemmKernel::kNone;
+  const KernelIsa isa = ActiveIsa();
+  if (isa == KernelIsa::kAvx512 && Cpu().avx512_vnni) return Int8GemmKernel::kAvx512Vnni;
+  if (f == WeightFormat::kQ4 && isa != KernelIsa::kPortable) return Int8GemmKernel::kAvx2;
+  return Int8GemmKernel::kNone;
+}
+
+int64_t Int8GemmLanes(Int8GemmKernel k) { return k == Int8GemmKernel::kAvx512Vnni ? 16 : 8; }
 
 bool UsesInt8Gemm(const LinearWeight& w, int64_t n) {
   return w.activations == ActivationMode::kInt8DecodeInt8Prefill && n > kMaxGemvTokens &&

@@ -51,33 +51,44 @@ bool LinearInt8RowsAvx512Vnni(const LinearWeight& w, const Int8Activations& a, f
 bool LinearInt8RowsAvxVnni(const LinearWeight& w, const Int8Activations& a, float* y, int64_t r0, int64_t r1);
 
 // The int8 prefill GEMM (ActivationMode::kInt8DecodeInt8Prefill, `--activations
-// int8+int8`; linear_int8_gemm_avx512.cpp): products of more than kMaxGemvTokens tokens
-// with q8 / q4 weights, on AVX-512 VNNI (vpdpbusd: 64 multiply-adds per instruction, twice
-// vdpbf16ps and four times an fp32 FMA). It gives the bits of LinearInt8RowsReference for
-// every token, whatever its batch: the same quantization, the same exact integer group
-// dots, the same fp32 operations in the same order.
-bool Int8GemmAvailable();  // AVX-512 VNNI and M2_KERNELS unset or avx512
+// int8+int8`; linear_int8_gemm_simd.inc): products of more than kMaxGemvTokens tokens with
+// q8 / q4 weights. Two builds: AVX-512 VNNI (q8 and q4; vpdpbusd, 64 multiply-adds per
+// instruction, twice vdpbf16ps and four times an fp32 FMA) and AVX2 (q4 only; vpmaddubsw
+// with int16 sums over each group). Both give the bits of LinearInt8RowsReference for every
+// token, whatever its batch: the same quantization, the same exact integer group dots, the
+// same fp32 operations in the same order.
+enum class Int8GemmKernel { kNone, kAvx2, kAvx512Vnni };
+// The GEMM a weight of format f gets here: AVX-512 VNNI on the avx512 family with VNNI;
+// else, for q4, AVX2 on the avx2 / avx512 families; else none (portable, or q8 without VNNI).
+Int8GemmKernel Int8GemmFor(WeightFormat f);
 bool UsesInt8Gemm(const LinearWeight& w, int64_t n);  // whether Linear() takes it here
+// Tokens per vector of a kernel (16 or 8): the GEMM pads the token count to a multiple.
+int64_t Int8GemmLanes(Int8GemmKernel k);
 
 // Tokens quantized for the GEMM, in tiles of kTokenTile as the other GEMMs (linear.h): ntp
-// tokens (n of them real, the rest zero padding; ntp a multiple of 16). Tile j (tokens
-// [32j, 32j + tw), tw = min(32, ntp - 32j)) holds, at q + 32j * cols / 4, [cols / 4][tw]
-// quads (4 adjacent int8 of a token in one 32-bit element); at negsum + 32j * groups and
-// d + 32j * groups, [groups][tw] of -sum(q of the group) and the group's scale.
+// tokens (n of them real, the rest zero padding; ntp a multiple of the kernel's lanes). Tile
+// j (tokens [32j, 32j + tw), tw = min(32, ntp - 32j)) holds, at q + 32j * cols / 4, [cols /
+// 4][tw] quads (4 adjacent int8 of a token in one 32-bit element); at negsum + 32j * groups
+// and d + 32j * groups, [groups][tw] of -sum(q of the group) and the group's scale.
 struct Int8TokenTiles {
   const uint32_t* q = nullptr;
   const int32_t* negsum = nullptr;
   const float* d = nullptr;
   int64_t ntp = 0, n = 0;
 };
-// Quantizes tokens [t0, t1) of x [n][K] (the padding tokens n <= t < ntp included, as
-// zeros) into the tiles (sized ntp * K / 4, ntp * K / 32 and ntp * K / 32). Quantization as
-// QuantizeActivationsInt8 (the same bytes and scales). Needs AVX-512 F/BW/VL.
+// Quantize tokens [t0, t1) of x [n][K] (the padding tokens n <= t < ntp included, as zeros)
+// into the tiles (sized ntp * K / 4, ntp * K / 32 and ntp * K / 32). Quantization as
+// QuantizeActivationsInt8 (the same bytes and scales); both give the same tiles. The first
+// needs AVX-512 F/BW/VL, the second AVX2.
 void PackTokensInt8Avx512(const float* x, int64_t n, int64_t K, int64_t ntp, int64_t t0, int64_t t1, uint32_t* q,
                           int32_t* negsum, float* d);
-// y[t][r] for rows [r0, r1) of a q8 / q4 weight and the n tokens of x. Needs AVX-512
-// F/BW/VL and VNNI; false for another format.
+void PackTokensInt8Avx2(const float* x, int64_t n, int64_t K, int64_t ntp, int64_t t0, int64_t t1, uint32_t* q,
+                        int32_t* negsum, float* d);
+// y[t][r] for rows [r0, r1) of a weight and the n tokens of x: q8 / q4 with AVX-512 F/BW/VL
+// and VNNI (ntp a multiple of 16), q4 with AVX2 (ntp a multiple of 8); false for another
+// format.
 bool GemmRowsInt8Avx512Vnni(const LinearWeight& w, const Int8TokenTiles& x, float* y, int64_t r0, int64_t r1);
+bool GemmRowsInt8Avx2(const LinearWeight& w, const Int8TokenTiles& x, float* y, int64_t r0, int64_t r1);
 
 using Int8RowsFn = bool (*)(const LinearWeight&, const Int8Activations&, float*, int64_t, int64_t);
 // The kernel for a kernel family on a CPU: portable -> the reference; avx512 -> AVX-512

@@ -24,6 +24,9 @@ double Bf16DotBurstAvx512(int64_t iters);
 // int8 prefill GEMM (linear_int8.h), in operations per second. Needs AVX-512 VNNI (in
 // linear_int8_gemm_avx512.cpp).
 double Int8DotBurstAvx512Vnni(int64_t iters);
+// The same for the AVX2 build: vpmaddubsw + vpaddw, 32 multiply-adds per pair of
+// instructions (in linear_int8_gemm_avx2.cpp).
+double Int8DotBurstAvx2(int64_t iters);
 double FmaBurstAvx2(int64_t iters);
 
 }  // namespace m2

@@ -41,10 +41,6 @@ Status SetActivations(ModelWeights& weights, ActivationMode mode) {
     return Error("--activations {} needs a CPU with AVX-512 BF16 (vdpbf16ps) and the avx512 kernels; this one has {} "
                  "and runs the {} kernels",
                  flag, Cpu().Describe(), IsaName(ActiveIsa()));
-  if (int8_prefill && !Int8GemmAvailable())
-    return Error("--activations int8+int8 needs a CPU with AVX-512 VNNI (vpdpbusd) and the avx512 kernels; this one "
-                 "has {} and runs the {} kernels (--activations int8 runs int8 decode steps on any AVX2 CPU)",
-                 Cpu().Describe(), IsaName(ActiveIsa()));
   int64_t quantized = 0, taken = 0;
   ForEachLinear(weights, [&](LinearWeight& w) {
     const bool q = w.format == WeightFormat::kQ8 || w.format == WeightFormat::kQ4;
@@ -67,7 +63,21 @@ Status SetActivations(ModelWeights& weights, ActivationMode mode) {
   exact_prefill(weights.lm_head);
   for (LayerWeights& l : weights.layers) exact_prefill(l.moe.gate);
   for (MtpWeights& t : weights.mtp) exact_prefill(t.layer.moe.gate);
-  return Status::Ok();
+  // Every weight left with int8 prefill needs a GEMM for its format on this CPU: q4 has
+  // AVX-512 VNNI and AVX2 builds, q8 only the first (its unsigned operand, w + 128, would
+  // saturate AVX2's vpmaddubsw).
+  Status missing = Status::Ok();
+  ForEachLinear(weights, [&](LinearWeight& w) {
+    if (missing.ok() && w.activations == ActivationMode::kInt8DecodeInt8Prefill &&
+        Int8GemmFor(w.format) == Int8GemmKernel::kNone)
+      missing = Error("--activations int8+int8 on {} weights needs {}; this CPU has {} and runs the {} kernels "
+                      "(--activations int8 runs int8 decode steps on any AVX2 CPU)",
+                      WeightFormatName(w.format),
+                      w.format == WeightFormat::kQ8 ? "AVX-512 VNNI (vpdpbusd) and the avx512 kernels"
+                                                    : "the avx2 or avx512 kernels",
+                      Cpu().Describe(), IsaName(ActiveIsa()));
+  });
+  return missing;
 }
 
 }  // namespace

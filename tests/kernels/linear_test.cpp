@@ -453,7 +453,7 @@ TEST(Int8ActivationsTest, DecodeModeIsInt8UpToTheGemvLimitOnly) {
 // panels, column counts with a partial 256-column chunk (and a single group); q8 codes
 // including -128. Up to kMaxGemvTokens the mode is the int8 decode kernels' (kInt8Decode).
 TEST(Int8GemmTest, GivesTheReferenceBitsForEveryToken) {
-  if (!Int8GemmAvailable()) GTEST_SKIP() << "no AVX-512 VNNI (or M2_KERNELS forces another family): " << Cpu().Describe();
+  if (Int8GemmFor(WeightFormat::kQ4) == Int8GemmKernel::kNone) GTEST_SKIP() << "the portable kernels: no int8 GEMM";
   std::mt19937 rng(21);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (const Case& c : std::vector<Case>{{WeightFormat::kQ4, 37, 800},
@@ -461,6 +461,7 @@ TEST(Int8GemmTest, GivesTheReferenceBitsForEveryToken) {
                                          {WeightFormat::kQ4, 12, 32},
                                          {WeightFormat::kQ8, 25, 256},
                                          {WeightFormat::kQ4, 300, 512}}) {
+    if (Int8GemmFor(c.format) == Int8GemmKernel::kNone) continue;  // q8 without AVX-512 VNNI
     Weight m = Make(c, rng);
     if (c.format == WeightFormat::kQ8) m.data[5] = 0x80;  // -128: w + 128 = 0 as the unsigned operand
     for (int64_t n : {9, 16, 17, 32, 45, 128, 131, 200}) {
@@ -485,11 +486,57 @@ TEST(Int8GemmTest, GivesTheReferenceBitsForEveryToken) {
   }
 }
 
+// Both builds called directly, whatever the active family: the AVX2 one (q4) on any AVX2
+// CPU, the AVX-512 VNNI one (q8, q4) where the CPU has it; their packings give the same
+// tiles, and each GEMM the reference's bits, on split row ranges, with token counts that
+// leave partial vectors (ntp padded to 8 or 16) and partial tiles.
+TEST(Int8GemmTest, EachBuildGivesTheReferenceBits) {
+  if (!Cpu().has_avx2()) GTEST_SKIP() << "this CPU has no AVX2";
+  const bool vnni = Cpu().has_avx512() && Cpu().avx512_vnni;
+  std::mt19937 rng(29);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const Case& c : std::vector<Case>{{WeightFormat::kQ4, 29, 544}, {WeightFormat::kQ8, 29, 544}}) {
+    Weight m = Make(c, rng);
+    for (int64_t n : {9, 24, 40, 67}) {
+      std::vector<float> x(static_cast<size_t>(n * c.cols));
+      for (auto& v : x) v = nd(rng);
+      const Int8Input in = QuantizeForInt8(x, n, c.cols);
+      std::vector<float> ref(static_cast<size_t>(n * c.rows));
+      ASSERT_TRUE(LinearInt8RowsReference(m.w, in.a, ref.data(), 0, c.rows));
+      const int64_t G = c.cols / 32;
+      const auto run = [&](int64_t lanes, bool avx512, std::vector<uint32_t>& q) {
+        const int64_t ntp = (n + lanes - 1) / lanes * lanes;
+        q.assign(static_cast<size_t>(ntp * c.cols / 4), 7);
+        std::vector<int32_t> s(static_cast<size_t>(ntp * G), 7);
+        std::vector<float> d(s.size(), 7.0f);
+        (avx512 ? PackTokensInt8Avx512 : PackTokensInt8Avx2)(x.data(), n, c.cols, ntp, 0, ntp / 2 + 1, q.data(),
+                                                             s.data(), d.data());
+        (avx512 ? PackTokensInt8Avx512 : PackTokensInt8Avx2)(x.data(), n, c.cols, ntp, ntp / 2 + 1, ntp, q.data(),
+                                                             s.data(), d.data());
+        const Int8TokenTiles tiles{.q = q.data(), .negsum = s.data(), .d = d.data(), .ntp = ntp, .n = n};
+        std::vector<float> y(ref.size(), -1.0f);
+        const auto gemm = avx512 ? GemmRowsInt8Avx512Vnni : GemmRowsInt8Avx2;
+        const bool ok = gemm(m.w, tiles, y.data(), 0, 13) && gemm(m.w, tiles, y.data(), 13, c.rows);
+        return std::make_pair(ok, y);
+      };
+      std::vector<uint32_t> q2, q512;
+      const auto avx2 = run(8, false, q2);
+      EXPECT_EQ(avx2.first, c.format == WeightFormat::kQ4) << "the AVX2 build is for q4 only";
+      if (avx2.first) EXPECT_EQ(avx2.second, ref) << "avx2 " << WeightFormatName(c.format) << " n=" << n;
+      if (!vnni) continue;
+      const auto wide = run(16, true, q512);
+      ASSERT_TRUE(wide.first);
+      EXPECT_EQ(wide.second, ref) << "avx512vnni " << WeightFormatName(c.format) << " n=" << n;
+      if (n % 16 == 0) EXPECT_EQ(q2, q512) << "the two packings, n=" << n;  // the same ntp: the same tiles
+    }
+  }
+}
+
 // One token with a NaN (or an infinity) among tokens without: its outputs are NaN, the
 // others' are still the reference's; the mode is refused by UsesInt8Gemm for other formats
 // and for decode-sized products.
 TEST(Int8GemmTest, NanInNanOutAndOnlyForPrefillOfQ8Q4) {
-  if (!Int8GemmAvailable()) GTEST_SKIP() << "no AVX-512 VNNI (or M2_KERNELS forces another family): " << Cpu().Describe();
+  if (Int8GemmFor(WeightFormat::kQ4) == Int8GemmKernel::kNone) GTEST_SKIP() << "the portable kernels: no int8 GEMM";
   std::mt19937 rng(23);
   Weight m = Make({WeightFormat::kQ4, 24, 96}, rng);
   const int64_t n = 20;

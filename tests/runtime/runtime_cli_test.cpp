@@ -454,34 +454,41 @@ TEST_F(RuntimeCli, Bf16ActivationsAgainstTheExactPath) {
   std::filesystem::remove_all(q4);
 }
 
-// --activations int8+int8: where the CPU has AVX-512 VNNI, a q4 copy of the bundled model
-// prefills its prompts on the int8 GEMM. Its KL against exact activations is positive (it
-// runs), small, and about that of int8 everywhere on the decode kernels (`perplexity
-// --activations int8`: the same quantization, only the fp32 summation order differs).
-// Without VNNI (or with M2_KERNELS=avx2) the flag is an error naming what is missing.
+// --activations int8+int8: a q4 copy of the bundled model prefills its prompts on the int8
+// GEMM (AVX-512 VNNI or AVX2). Its KL against exact activations is positive (it runs),
+// small, and about that of int8 everywhere on the decode kernels (`perplexity
+// --activations int8`: the same quantization, only the fp32 summation order differs). With
+// the portable kernels the flag is an error; on q8 weights it needs AVX-512 VNNI (an
+// error with M2_KERNELS=avx2), and it needs q8 / q4 weights at all.
 TEST_F(RuntimeCli, Int8PrefillActivationsAgainstTheExactPath) {
   const std::string file = ::testing::TempDir() + "/m2_rt_int8p.txt";
   WriteFile(file, "The cat sat on the mat. It was a sunny day, and the birds were singing. def add(a, b): return a + b");
   const std::string q4 = ::testing::TempDir() + "/m2_rt_int8p_q4_" + std::to_string(getpid());
+  const std::string q8 = ::testing::TempDir() + "/m2_rt_int8p_q8_" + std::to_string(getpid());
   ASSERT_EQ(M2("quantize -m models/m2-tiny -o " + q4 + " --type q4").code, 0);
-  const std::string args = " --reference " + q4 + " -f " + file + " --context 128 --json";
-  setenv("M2_KERNELS", "avx2", 1);
+  ASSERT_EQ(M2("quantize -m models/m2-tiny -o " + q8 + " --type q8").code, 0);
+  const std::string args = " -f " + file + " --context 128 --json";
+  setenv("M2_KERNELS", "portable", 1);
   auto refused = M2("perplexity -m " + q4 + " --activations int8+int8" + args);
+  EXPECT_EQ(refused.code, 1);
+  EXPECT_NE(refused.err.find("avx2 or avx512 kernels"), std::string::npos) << refused.err;
+  setenv("M2_KERNELS", "avx2", 1);
+  refused = M2("perplexity -m " + q8 + " --activations int8+int8" + args);
   unsetenv("M2_KERNELS");
   EXPECT_EQ(refused.code, 1);
   EXPECT_NE(refused.err.find("AVX-512 VNNI"), std::string::npos) << refused.err;
-  auto run = M2("perplexity -m " + q4 + " --activations int8+int8" + args);
-  if (!Int8GemmAvailable()) {
+  std::filesystem::remove_all(q8);
+  auto run = M2("perplexity -m " + q4 + " --activations int8+int8 --reference " + q4 + args);
+  if (Int8GemmFor(WeightFormat::kQ4) == Int8GemmKernel::kNone) {  // this test itself runs with M2_KERNELS=portable
     EXPECT_EQ(run.code, 1);
-    EXPECT_NE(run.err.find("AVX-512 VNNI"), std::string::npos) << run.err;
     std::filesystem::remove_all(q4);
-    GTEST_SKIP() << "no AVX-512 VNNI here: the refusal was checked";
+    GTEST_SKIP() << "the portable kernels: the refusal was checked";
   }
   ASSERT_EQ(run.code, 0) << run.err;
   auto j = nlohmann::json::parse(run.out);
   EXPECT_EQ(j["activations"], "int8+int8");
   const double kl = j["reference"]["mean_kl"].get<double>();
-  auto everywhere = M2("perplexity -m " + q4 + " --activations int8" + args);
+  auto everywhere = M2("perplexity -m " + q4 + " --activations int8 --reference " + q4 + args);
   ASSERT_EQ(everywhere.code, 0) << everywhere.err;
   const double kl_int8 = nlohmann::json::parse(everywhere.out)["reference"]["mean_kl"].get<double>();
   EXPECT_GT(kl, 0.0);
