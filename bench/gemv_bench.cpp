@@ -143,6 +143,23 @@ int BatchMode(int64_t total) {
   return 0;
 }
 
+// The best of 3 rounds of `burst` on every thread of the pool at once, in operations per
+// second (FmaBurst: the fp32 FMA peak; the dot-product bursts: their instructions' peaks).
+double BurstPeak(m2::ThreadPool& pool, double (*burst)(int64_t)) {
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<double> ops(static_cast<size_t>(pool.size()));
+    const auto t0 = Clock::now();
+    pool.ParallelFor(pool.size(), 1, [&](int64_t b, int64_t e, int th) {
+      for (int64_t i = b; i < e; ++i) ops[static_cast<size_t>(th)] += burst(20'000'000);
+    });
+    double sum = 0;
+    for (double o : ops) sum += o;
+    best = std::max(best, sum / Seconds(t0));
+  }
+  return best;
+}
+
 // q8 / q4 with exact (fp32) against int8 activations (`gemv_bench --int8 [MiB]`), all
 // threads, expert-shaped matrices (1536 x 3072): decode batches of 1-8 tokens as GB/s of
 // weights read, prefill of 64 and 128 tokens as GFLOP/s, next to the parallel read and
@@ -161,17 +178,7 @@ int Int8Mode(int64_t total) {
       best_read = std::max(best_read, total / Seconds(t0));
     }
   }
-  double peak = 0;  // FmaBurst on every thread at once
-  for (int rep = 0; rep < 3; ++rep) {
-    std::vector<double> flops(static_cast<size_t>(pool.size()));
-    const auto t0 = Clock::now();
-    pool.ParallelFor(pool.size(), 1, [&](int64_t b, int64_t e, int th) {
-      for (int64_t i = b; i < e; ++i) flops[static_cast<size_t>(th)] += m2::FmaBurst(20'000'000);
-    });
-    double sum = 0;
-    for (double f : flops) sum += f;
-    peak = std::max(peak, sum / Seconds(t0));
-  }
+  const double peak = BurstPeak(pool, m2::FmaBurst);  // FmaBurst on every thread at once
   std::printf("%d threads, %s kernels; parallel read %.2f GB/s, fp32 FMA peak %.1f GFLOP/s\n", pool.size(),
               m2::IsaName(m2::ActiveIsa()), best_read / 1e9, peak / 1e9);
   // The int8 kernels this CPU can run, each called directly (activations quantized in the
@@ -230,42 +237,18 @@ int Int8Mode(int64_t total) {
 // repetition; GFLOP/s (2 per multiply-add) next to the FMA peak measured here.
 int GemmMode(int64_t total) {
   m2::ThreadPool& pool = m2::ThreadPool::Global();
-  double peak = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    std::vector<double> flops(static_cast<size_t>(pool.size()));
-    const auto t0 = Clock::now();
-    pool.ParallelFor(pool.size(), 1, [&](int64_t b, int64_t e, int th) {
-      for (int64_t i = b; i < e; ++i) flops[static_cast<size_t>(th)] += m2::FmaBurst(20'000'000);
-    });
-    double sum = 0;
-    for (double f : flops) sum += f;
-    peak = std::max(peak, sum / Seconds(t0));
-  }
+  const double peak = BurstPeak(pool, m2::FmaBurst);
   std::vector<std::pair<const char*, m2::ActivationMode>> modes = {{"exact", m2::ActivationMode::kExact}};
   if (m2::Bf16GemmAvailable()) modes.push_back({"bf16", m2::ActivationMode::kBf16Prefill});
   const m2::Int8GemmKernel int8_q4 = m2::Int8GemmFor(m2::WeightFormat::kQ4);
   if (int8_q4 != m2::Int8GemmKernel::kNone) modes.push_back({"int8", m2::ActivationMode::kInt8DecodeInt8Prefill});
-  const auto burst_peak = [&](double (*burst)(int64_t)) {
-    double best = 0;
-    for (int rep = 0; rep < 3; ++rep) {
-      std::vector<double> ops(static_cast<size_t>(pool.size()));
-      const auto t0 = Clock::now();
-      pool.ParallelFor(pool.size(), 1, [&](int64_t b, int64_t e, int th) {
-        for (int64_t i = b; i < e; ++i) ops[static_cast<size_t>(th)] += burst(20'000'000);
-      });
-      double sum = 0;
-      for (double o : ops) sum += o;
-      best = std::max(best, sum / Seconds(t0));
-    }
-    return best;
-  };
   std::printf("%d threads, %s kernels; fp32 FMA peak %.1f GFLOP/s", pool.size(), m2::IsaName(m2::ActiveIsa()),
               peak / 1e9);
-  if (m2::Bf16GemmAvailable()) std::printf(", vdpbf16ps peak %.1f", burst_peak(m2::Bf16DotBurstAvx512) / 1e9);
+  if (m2::Bf16GemmAvailable()) std::printf(", vdpbf16ps peak %.1f", BurstPeak(pool, m2::Bf16DotBurstAvx512) / 1e9);
   if (int8_q4 == m2::Int8GemmKernel::kAvx512Vnni)
-    std::printf(", vpdpbusd peak %.1f Gop/s", burst_peak(m2::Int8DotBurstAvx512Vnni) / 1e9);
+    std::printf(", vpdpbusd peak %.1f Gop/s", BurstPeak(pool, m2::Int8DotBurstAvx512Vnni) / 1e9);
   else if (int8_q4 == m2::Int8GemmKernel::kAvx2)
-    std::printf(", vpmaddubsw + vpaddw peak %.1f Gop/s (int8 GEMM: AVX2, q4 only)", burst_peak(m2::Int8DotBurstAvx2) / 1e9);
+    std::printf(", vpmaddubsw + vpaddw peak %.1f Gop/s (int8 GEMM: AVX2, q4 only)", BurstPeak(pool, m2::Int8DotBurstAvx2) / 1e9);
   std::printf("; %zu prefill paths (percentages: of the FMA peak)\n", modes.size());
   std::printf("%-6s %6s %6s %6s", "format", "rows", "cols", "tokens");
   for (const auto& m : modes) std::printf(" %9s GFLOP/s", m.first);
