@@ -468,18 +468,22 @@ TEST_F(RuntimeCli, Int8PrefillActivationsAgainstTheExactPath) {
   ASSERT_EQ(M2("quantize -m models/m2-tiny -o " + q4 + " --type q4").code, 0);
   ASSERT_EQ(M2("quantize -m models/m2-tiny -o " + q8 + " --type q8").code, 0);
   const std::string args = " -f " + file + " --context 128 --json";
+  const bool gemm_here = Int8GemmFor(WeightFormat::kQ4) != Int8GemmKernel::kNone;  // this process's kernels
+  const char* outer = std::getenv("M2_KERNELS");  // restored afterwards (a run with forced kernels)
+  const std::string outer_value = outer != nullptr ? outer : "";
   setenv("M2_KERNELS", "portable", 1);
   auto refused = M2("perplexity -m " + q4 + " --activations int8+int8" + args);
   EXPECT_EQ(refused.code, 1);
   EXPECT_NE(refused.err.find("avx2 or avx512 kernels"), std::string::npos) << refused.err;
   setenv("M2_KERNELS", "avx2", 1);
   refused = M2("perplexity -m " + q8 + " --activations int8+int8" + args);
-  unsetenv("M2_KERNELS");
+  if (outer != nullptr) setenv("M2_KERNELS", outer_value.c_str(), 1);
+  else unsetenv("M2_KERNELS");
   EXPECT_EQ(refused.code, 1);
   EXPECT_NE(refused.err.find("AVX-512 VNNI"), std::string::npos) << refused.err;
   std::filesystem::remove_all(q8);
   auto run = M2("perplexity -m " + q4 + " --activations int8+int8 --reference " + q4 + args);
-  if (Int8GemmFor(WeightFormat::kQ4) == Int8GemmKernel::kNone) {  // this test itself runs with M2_KERNELS=portable
+  if (!gemm_here) {  // this test itself runs with M2_KERNELS=portable
     EXPECT_EQ(run.code, 1);
     std::filesystem::remove_all(q4);
     GTEST_SKIP() << "the portable kernels: the refusal was checked";
