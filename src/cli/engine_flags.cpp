@@ -17,9 +17,9 @@ void AddActivationsFlag(CLI::App* cmd, std::string& value, const std::string& na
                   "perplexity, which uses int8 for every token so that its KL covers them all); bf16 (bf16, FP8, q8 "
                   "and q4 weights on CPUs with AVX-512 BF16: prompts prefilled with activations rounded to bf16 and "
                   "vdpbf16ps, twice the multiply rate; decode steps exact); int8+bf16 (both: int8 decode steps and "
-                  "bf16 prefill for q8 / q4 weights, bf16 prefill for the others); int8+int8 (q8 / q4 weights on CPUs "
-                  "with AVX-512 VNNI: int8 in decode steps and in prefill, there with vpdpbusd, four times the "
-                  "multiply rate of fp32; other weights exact). The README gives what each costs")
+                  "bf16 prefill for q8 / q4 weights, bf16 prefill for the others); int8+int8 (q4 weights on AVX2 or "
+                  "AVX-512 CPUs, q8 weights on CPUs with AVX-512 VNNI: int8 in decode steps and in prefill, there on "
+                  "an integer GEMM, 1.5-2x the fp32 one; other weights exact). The README gives what each costs")
       ->check(CLI::IsMember({"exact", "int8", "bf16", "int8+bf16", "int8+int8"}));
 }
 
