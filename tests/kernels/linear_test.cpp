@@ -174,6 +174,37 @@ TEST(LinearTest, RowRangesComposeToTheWholeMatrix) {
   EXPECT_EQ(whole, parts);
 }
 
+// The one- and two-token FP8 decode kernels take one of two routes: weights as value x
+// 2^-120 (integer operations) against x x 2^112 when every |x| < 2^15, else weights as
+// value / 256 (via fp16) against x. Both form the same products, so they must give the
+// same bits: x with a largest |x| of exactly 2^15 takes the second route, x / 2 the first,
+// and every product, sum and result then halves exactly. The weights include every fp8
+// code but NaN (subnormals, zeros of both signs), a scale per block.
+TEST(LinearTest, Fp8DecodeRoutesGiveTheSameBits) {
+  std::mt19937 rng(31);
+  Weight m = Make({WeightFormat::kFp8Block, 40, 1088}, rng);
+  for (int64_t j = 0; j < 254; ++j) m.data[static_cast<size_t>(j * 3 % m.data.size())] = static_cast<uint8_t>(j < 127 ? j : j + 1);
+  for (int64_t n : {1, 2}) {
+    std::vector<float> big(static_cast<size_t>(n * 1088));
+    for (size_t i = 0; i < big.size(); ++i) big[i] = 300.0f * std::sin(0.37f * static_cast<float>(i));
+    big[77] = 32768.0f;  // 2^15: the fp16 route
+    std::vector<float> half(big.size());
+    for (size_t i = 0; i < big.size(); ++i) half[i] = big[i] * 0.5f;
+    for (bool avx512 : {false, true}) {
+      if (avx512 ? !Cpu().has_avx512() : !Cpu().has_avx2()) continue;
+      auto run = avx512 ? LinearRowsAvx512 : LinearRowsAvx2;
+      std::vector<float> yb(static_cast<size_t>(n * 40)), yh(yb.size());
+      ASSERT_TRUE(run(m.w, big.data(), n, yb.data(), 0, 40));
+      ASSERT_TRUE(run(m.w, half.data(), n, yh.data(), 0, 40));
+      for (size_t i = 0; i < yb.size(); ++i)
+        ASSERT_EQ(yh[i], yb[i] * 0.5f) << "n=" << n << " i=" << i << (avx512 ? " avx512" : " avx2");
+      std::vector<float> ref(yb.size());
+      LinearReference(m.w, half.data(), n, ref.data());
+      for (size_t i = 0; i < yb.size(); ++i) ASSERT_NEAR(yh[i], ref[i], 1e-3f * (1.0f + std::fabs(ref[i])));
+    }
+  }
+}
+
 // Decode kernels take several rows per pass; a row's result must not depend on which rows
 // share its pass (ranges that start and end anywhere), for every format and token count.
 TEST(LinearTest, GemvRowRangesComposeToTheWholeMatrix) {
