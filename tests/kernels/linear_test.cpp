@@ -677,6 +677,33 @@ TEST(Bf16ActivationsTest, PrefillIsTheProductWithBf16RoundedActivations) {
   }
 }
 
+// The bf16 GEMM's FP8 panels decode every code exactly: one-hot tokens (token t is 1 at
+// column t) pick out single weights, so y[t][r] must be W[r][t] (value x block scale) to
+// the bit. All 254 non-NaN codes,
+// subnormals and both zeros among them, across two scale blocks.
+TEST(Bf16ActivationsTest, Fp8PanelsDecodeEveryCodeExactly) {
+  if (!Bf16GemmAvailable()) GTEST_SKIP() << "no AVX-512 BF16 (or M2_KERNELS forces another family)";
+  std::mt19937 rng(37);
+  const int64_t rows = 21, cols = 256;
+  Weight m = Make({WeightFormat::kFp8Block, rows, cols}, rng);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) {
+      uint8_t q = static_cast<uint8_t>((r * 37 + j) & 0xff);
+      if ((q & 0x7f) == 0x7f) q ^= 1;
+      m.data[static_cast<size_t>(r * cols + j)] = q;
+      m.exact[static_cast<size_t>(r * cols + j)] = Fp8E4M3ToF32(q) * m.fp8_scale[(j / 128)];
+    }
+  std::vector<float> x(static_cast<size_t>(cols * cols), 0.0f), y(static_cast<size_t>(cols * rows));
+  for (int64_t t = 0; t < cols; ++t) x[static_cast<size_t>(t * cols + t)] = 1.0f;
+  m.w.activations = ActivationMode::kBf16Prefill;
+  ASSERT_TRUE(UsesBf16Gemm(m.w, cols));
+  Linear(m.w, x.data(), cols, y.data());
+  for (int64_t t = 0; t < cols; ++t)
+    for (int64_t r = 0; r < rows; ++r)
+      ASSERT_EQ(y[static_cast<size_t>(t * rows + r)], m.exact[static_cast<size_t>(r * cols + t)])
+          << "code 0x" << std::hex << int(m.data[static_cast<size_t>(r * cols + t)]) << std::dec << " r=" << r << " t=" << t;
+}
+
 // A NaN in the input comes out as NaN in its token's outputs.
 TEST(Bf16ActivationsTest, NanInNanOut) {
   if (!Bf16GemmAvailable()) GTEST_SKIP() << "no AVX-512 BF16 here";
