@@ -156,6 +156,8 @@ void LinearInt8GemmOn(const LinearWeight& w, const float* x, int64_t n, float* y
            "int8 prefill (--activations int8+int8) of {} weights has no kernel for the {} kernels on this CPU ({})",
            WeightFormatName(w.format), IsaName(ActiveIsa()), Cpu().Describe());
   const bool vnni = kernel == Int8GemmKernel::kAvx512Vnni;
+  const auto pack_tokens = vnni ? PackTokensInt8Avx512 : PackTokensInt8Avx2;
+  const auto gemm_rows = vnni ? GemmRowsInt8Avx512Vnni : GemmRowsInt8Avx2;
   const bool parallel = pool_or_null != nullptr && pool_or_null->size() > 1 && w.rows * w.cols * n >= (1 << 16);
   ThreadPool* pool = parallel ? pool_or_null : nullptr;
   constexpr int64_t kChunk = 128;
@@ -171,18 +173,12 @@ void LinearInt8GemmOn(const LinearWeight& w, const float* x, int64_t n, float* y
     uint32_t* qp = q.data();  // a thread_local named in a lambda would be the worker's own
     int32_t* sp = negsum.data();
     float* dp = d.data();
-    const auto pack = [&, qp, sp, dp](int64_t a, int64_t b, int) {
-      if (vnni) PackTokensInt8Avx512(xc, nt, K, ntp, a, b, qp, sp, dp);
-      else PackTokensInt8Avx2(xc, nt, K, ntp, a, b, qp, sp, dp);
-    };
+    const auto pack = [&, qp, sp, dp](int64_t a, int64_t b, int) { pack_tokens(xc, nt, K, ntp, a, b, qp, sp, dp); };
     if (pool != nullptr) pool->ParallelFor(ntp, 8, pack);
     else pack(0, ntp, 0);
     const Int8TokenTiles tiles{.q = qp, .negsum = sp, .d = dp, .ntp = ntp, .n = nt};
     float* yc = y + t0 * w.rows;
-    const auto body = [&, tiles](int64_t r0, int64_t r1, int) {
-      if (vnni) GemmRowsInt8Avx512Vnni(w, tiles, yc, r0, r1);
-      else GemmRowsInt8Avx2(w, tiles, yc, r0, r1);
-    };
+    const auto body = [&, tiles](int64_t r0, int64_t r1, int) { gemm_rows(w, tiles, yc, r0, r1); };
     if (pool != nullptr) pool->ParallelFor(w.rows, 24, body);  // 24: whole panels of 12 rows
     else body(0, w.rows, 0);
   }

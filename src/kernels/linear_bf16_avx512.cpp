@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/isa_scratch.h"
 #include "kernels/linear_bf16.h"
 #include "kernels/probe.h"
 
@@ -25,25 +26,6 @@ namespace {
 constexpr int kR = 12;          // rows per panel (12 x 2 token vectors = 24 accumulators)
 constexpr int64_t kKC = 256;    // columns per chunk (at most)
 
-// Per-thread scratch; plain new[] (see FloatScratch in linear_simd.inc: no inline
-// std:: templates in an ISA-specific object).
-template <class T>
-struct Scratch {
-  T* p = nullptr;
-  size_t n = 0;
-  Scratch() = default;
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  ~Scratch() { delete[] p; }
-  T* Get(size_t m) {
-    if (m > n) {
-      delete[] p;
-      p = new T[m];
-      n = m;
-    }
-    return p;
-  }
-};
 
 inline __m512bh AsBh(__m512i v) { return (__m512bh)v; }
 
@@ -162,8 +144,8 @@ void Gemm(const LinearWeight& w, const uint32_t* xt, int64_t ntp, int64_t n, flo
   constexpr int64_t kGroups = kKC / kQuantGroup;
   const int64_t K = w.cols;
   const int64_t chunk = kFp8 ? std::min(kKC, w.block_cols) : kKC;
-  thread_local Scratch<uint16_t> wd_buf;
-  thread_local Scratch<float> ct_buf;
+  thread_local IsaScratch<uint16_t> wd_buf;
+  thread_local IsaScratch<float> ct_buf;
   uint16_t* wd = wd_buf.Get(static_cast<size_t>(kR * kKC));
   float* ct = ct_buf.Get(static_cast<size_t>(kR * ntp));
   float scale[kR], gscale[kR * kGroups];
