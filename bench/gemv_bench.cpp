@@ -231,7 +231,7 @@ int Int8Mode(int64_t total) {
   return 0;
 }
 
-// Prefill GEMMs of q8 / q4 weights (`gemv_bench --gemm [MiB]`), all threads, an expert's
+// Prefill GEMMs of FP8 / q8 / q4 weights (`gemv_bench --gemm [MiB]`), all threads, an expert's
 // shapes: exact (fp32 FMA), bf16 (vdpbf16ps, AVX-512 BF16) and int8 (vpdpbusd, AVX-512
 // VNNI) activations through Linear(), each where the CPU has it, taking turns within each
 // repetition; GFLOP/s (2 per multiply-add) next to the FMA peak measured here.
@@ -253,7 +253,7 @@ int GemmMode(int64_t total) {
   std::printf("%-6s %6s %6s %6s", "format", "rows", "cols", "tokens");
   for (const auto& m : modes) std::printf(" %9s GFLOP/s", m.first);
   std::printf("\n");
-  for (auto f : {m2::WeightFormat::kQ8, m2::WeightFormat::kQ4})
+  for (auto f : {m2::WeightFormat::kFp8Block, m2::WeightFormat::kQ8, m2::WeightFormat::kQ4})
     for (auto [r, c] : {std::pair<int64_t, int64_t>{1536, 3072}, {3072, 1536}}) {
       Set s = Make(f, r, c, total);
       for (int64_t n : {16, 40, 64, 128, 512}) {

@@ -216,8 +216,10 @@ void LinearExactOn(const LinearWeight& w, const float* x, int64_t n, float* y, T
     constexpr int64_t kChunk = 128;
     thread_local std::vector<float> xt;
     thread_local std::vector<uint32_t> xp;
+    // The bf16 GEMM pads tokens to 8 only (it has a 256-bit tail kernel: linear_bf16.h).
+    const int64_t pad = bf16 ? kBf16TokenPad : vw;
     for (int64_t t0 = 0; t0 < n; t0 += kChunk) {
-      const int64_t nt = std::min(kChunk, n - t0), ntp = (nt + vw - 1) / vw * vw;
+      const int64_t nt = std::min(kChunk, n - t0), ntp = (nt + pad - 1) / pad * pad;
       if (xt.size() < static_cast<size_t>(w.cols * ntp)) xt.resize(static_cast<size_t>(w.cols * ntp));
       TransposeTokens(x + t0 * w.cols, nt, w.cols, xt.data(), ntp, pool);
       if (bf16) {

@@ -31,8 +31,12 @@ bool UsesBf16Gemm(const LinearWeight& w, int64_t n);
 // signed zero, NaN stays NaN (quieted).
 uint16_t RoundToBf16(float f);
 
+// Tokens of the bf16 GEMM are padded to a multiple of this (not of 16): its last 8 tokens
+// go to a 256-bit kernel.
+inline constexpr int64_t kBf16TokenPad = 8;
+
 // Activations for the kernel: xt is x transposed in fp32 as for the fp32 GEMM (linear.h:
-// ntp tokens, here a multiple of 16, in tiles of kTokenTile; tile j starts at xt + 32j * K
+// ntp tokens, here a multiple of kBf16TokenPad, in tiles of kTokenTile; tile j starts at xt + 32j * K
 // and holds [K][tw]); out gets the same tiles with each pair of columns rounded to bf16 and
 // packed into 32 bits (low half column 2p, high half 2p + 1): tile j starts at out + 32j * K
 // / 2 and holds [K / 2][tw]. K even. Needs AVX-512 BF16.

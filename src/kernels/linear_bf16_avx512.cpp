@@ -27,40 +27,71 @@ constexpr int kR = 12;          // rows per panel (12 x 2 token vectors = 24 acc
 constexpr int64_t kKC = 256;    // columns per chunk (at most)
 
 
-inline __m512bh AsBh(__m512i v) { return (__m512bh)v; }
+// The micro-kernels' vector: 16 tokens (zmm) or, for the last 8 tokens of a batch whose
+// count is not a multiple of 16, 8 tokens (ymm). Tokens are padded to a multiple of 8, not
+// 16: an expert's tokens in a prefill are rarely a multiple of 16 (M2 prefill of 512 tokens:
+// 64 per expert on average), and a padded zmm tail multiplied up to 15 zero tokens, about
+// 10% of the products; a ymm vdpbf16ps costs half a zmm one where 512-bit operations run as
+// two 256-bit halves (AMD Zen 4) and never more than the padded zmm one.
+struct V16 {
+  static constexpr int kLanes = 16;
+  using F = __m512;
+  static F Zero() { return _mm512_setzero_ps(); }
+  static F Set1(float f) { return _mm512_set1_ps(f); }
+  static F Load(const float* p) { return _mm512_loadu_ps(p); }
+  static void Store(float* p, F v) { _mm512_storeu_ps(p, v); }
+  static F Mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F Fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  using B = __m512bh;  // kLanes tokens' pairs of bf16 activations
+  static B LoadX(const uint32_t* x) { return (B)_mm512_loadu_si512(x); }
+  // acc + the products of a broadcast weight pair with the token pairs x.
+  static F Dot(F acc, int32_t pair, B x) { return _mm512_dpbf16_ps(acc, (B)_mm512_set1_epi32(pair), x); }
+};
+struct V8 {
+  static constexpr int kLanes = 8;
+  using F = __m256;
+  static F Zero() { return _mm256_setzero_ps(); }
+  static F Set1(float f) { return _mm256_set1_ps(f); }
+  static F Load(const float* p) { return _mm256_loadu_ps(p); }
+  static void Store(float* p, F v) { _mm256_storeu_ps(p, v); }
+  static F Mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F Fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  using B = __m256bh;
+  static B LoadX(const uint32_t* x) { return (B)_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)); }
+  static F Dot(F acc, int32_t pair, B x) { return _mm256_dpbf16_ps(acc, (B)_mm256_set1_epi32(pair), x); }
+};
 
-// acc = the products of RR panel rows (row stride kKC bf16) with TV vectors of 16 tokens
-// over the column pairs [p0, p1): per pair, one broadcast weight pair per row against each
+// acc = the products of RR panel rows (row stride kKC bf16) with TV vectors of tokens over
+// the column pairs [p0, p1): per pair, one broadcast weight pair per row against each
 // vector of token pairs.
-template <int TV, int RR>
+template <class V, int TV, int RR>
 __attribute__((always_inline)) inline void Products(const uint16_t* wd, const uint32_t* xt, int64_t xs, int64_t p0,
-                                                    int64_t p1, __m512 (&acc)[RR][TV]) {
+                                                    int64_t p1, typename V::F (&acc)[RR][TV]) {
   for (int r = 0; r < RR; ++r)
-    for (int v = 0; v < TV; ++v) acc[r][v] = _mm512_setzero_ps();
+    for (int v = 0; v < TV; ++v) acc[r][v] = V::Zero();
   for (int64_t p = p0; p < p1; ++p) {
-    __m512bh xv[TV];
-    for (int v = 0; v < TV; ++v) xv[v] = AsBh(_mm512_loadu_si512(xt + p * xs + v * 16));
+    typename V::B xv[TV];
+    for (int v = 0; v < TV; ++v) xv[v] = V::LoadX(xt + p * xs + v * V::kLanes);
     for (int r = 0; r < RR; ++r) {
       int32_t pair;
       std::memcpy(&pair, wd + r * kKC + 2 * p, 4);
-      const __m512bh wv = AsBh(_mm512_set1_epi32(pair));
-      for (int v = 0; v < TV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], wv, xv[v]);
+      for (int v = 0; v < TV; ++v) acc[r][v] = V::Dot(acc[r][v], pair, xv[v]);
     }
   }
 }
 
 // bf16 / FP8: rows [0, kR) of the panel times TV vectors of tokens over kc columns; ct rows
 // (stride ntp) get acc * scale[r] (first chunk) or += it.
-template <int TV>
+template <class V, int TV>
 void Micro(const uint16_t* wd, int64_t kc, const uint32_t* xt, int64_t xs, float* ct, int64_t ntp,
            const float* scale, bool first) {
-  __m512 acc[kR][TV];
-  Products<TV, kR>(wd, xt, xs, 0, kc / 2, acc);
+  typename V::F acc[kR][TV];
+  Products<V, TV, kR>(wd, xt, xs, 0, kc / 2, acc);
   for (int r = 0; r < kR; ++r) {
-    const __m512 s = _mm512_set1_ps(scale[r]);
+    const typename V::F s = V::Set1(scale[r]);
     for (int v = 0; v < TV; ++v) {
-      float* c = ct + r * ntp + v * 16;
-      _mm512_storeu_ps(c, first ? _mm512_mul_ps(acc[r][v], s) : _mm512_fmadd_ps(acc[r][v], s, _mm512_loadu_ps(c)));
+      float* c = ct + r * ntp + v * V::kLanes;
+      V::Store(c, first ? V::Mul(acc[r][v], s) : V::Fma(acc[r][v], s, V::Load(c)));
     }
   }
 }
@@ -69,22 +100,22 @@ void Micro(const uint16_t* wd, int64_t kc, const uint32_t* xt, int64_t xs, float
 // kKC / 32) times TV vectors of tokens. Per group of 32 columns the products collect in
 // acc, then total += acc * scale; ct gets the totals (first chunk) or adds them. RR x TV x
 // 2 accumulators: 6 x 2 or 12 x 1 fit the 32 registers.
-template <int TV, int RR>
+template <class V, int TV, int RR>
 void MicroGroups(const uint16_t* wd, const float* gs, int64_t kc, const uint32_t* xt, int64_t xs, float* ct,
                  int64_t ntp, bool first) {
-  __m512 tot[RR][TV];
+  typename V::F tot[RR][TV];
   for (int r = 0; r < RR; ++r)
-    for (int v = 0; v < TV; ++v) tot[r][v] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(ct + r * ntp + v * 16);
+    for (int v = 0; v < TV; ++v) tot[r][v] = first ? V::Zero() : V::Load(ct + r * ntp + v * V::kLanes);
   for (int64_t g = 0; g < kc / kQuantGroup; ++g) {
-    __m512 acc[RR][TV];
-    Products<TV, RR>(wd, xt, xs, g * kQuantGroup / 2, (g + 1) * kQuantGroup / 2, acc);
+    typename V::F acc[RR][TV];
+    Products<V, TV, RR>(wd, xt, xs, g * kQuantGroup / 2, (g + 1) * kQuantGroup / 2, acc);
     for (int r = 0; r < RR; ++r) {
-      const __m512 sc = _mm512_set1_ps(gs[r * (kKC / kQuantGroup) + g]);
-      for (int v = 0; v < TV; ++v) tot[r][v] = _mm512_fmadd_ps(acc[r][v], sc, tot[r][v]);
+      const typename V::F sc = V::Set1(gs[r * (kKC / kQuantGroup) + g]);
+      for (int v = 0; v < TV; ++v) tot[r][v] = V::Fma(acc[r][v], sc, tot[r][v]);
     }
   }
   for (int r = 0; r < RR; ++r)
-    for (int v = 0; v < TV; ++v) _mm512_storeu_ps(ct + r * ntp + v * 16, tot[r][v]);
+    for (int v = 0; v < TV; ++v) V::Store(ct + r * ntp + v * V::kLanes, tot[r][v]);
 }
 
 enum class Fmt { kBf16, kFp8, kQ8, kQ4 };
@@ -183,12 +214,15 @@ void Gemm(const LinearWeight& w, const uint32_t* xt, int64_t ntp, int64_t n, flo
         if constexpr (Grouped(F)) {
           for (; t + 32 <= tw; t += 32)
             for (int r = 0; r < kR; r += 6)
-              MicroGroups<2, 6>(wd + r * kKC, gscale + r * kGroups, kc, xtile + t, tw, ct + r * ntp + tile + t, ntp,
-                                k0 == 0);
-          for (; t < tw; t += 16) MicroGroups<1, kR>(wd, gscale, kc, xtile + t, tw, ct + tile + t, ntp, k0 == 0);
+              MicroGroups<V16, 2, 6>(wd + r * kKC, gscale + r * kGroups, kc, xtile + t, tw, ct + r * ntp + tile + t,
+                                     ntp, k0 == 0);
+          for (; t + 16 <= tw; t += 16)
+            MicroGroups<V16, 1, kR>(wd, gscale, kc, xtile + t, tw, ct + tile + t, ntp, k0 == 0);
+          if (t < tw) MicroGroups<V8, 1, kR>(wd, gscale, kc, xtile + t, tw, ct + tile + t, ntp, k0 == 0);
         } else {
-          for (; t + 32 <= tw; t += 32) Micro<2>(wd, kc, xtile + t, tw, ct + tile + t, ntp, scale, k0 == 0);
-          for (; t < tw; t += 16) Micro<1>(wd, kc, xtile + t, tw, ct + tile + t, ntp, scale, k0 == 0);
+          for (; t + 32 <= tw; t += 32) Micro<V16, 2>(wd, kc, xtile + t, tw, ct + tile + t, ntp, scale, k0 == 0);
+          for (; t + 16 <= tw; t += 16) Micro<V16, 1>(wd, kc, xtile + t, tw, ct + tile + t, ntp, scale, k0 == 0);
+          if (t < tw) Micro<V8, 1>(wd, kc, xtile + t, tw, ct + tile + t, ntp, scale, k0 == 0);
         }
       }
     }
@@ -209,16 +243,28 @@ void PackTokensBf16Avx512(const float* xt, int64_t ntp, int64_t K, uint32_t* out
   alignas(64) static constexpr short kPairs[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
                                                    8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   const __m512i idx = _mm512_load_si512(kPairs);
+  alignas(32) static constexpr short kPairs8[16] = {0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15};
+  const __m256i idx8 = _mm256_load_si256(reinterpret_cast<const __m256i*>(kPairs8));
   for (int64_t tile = 0; tile < ntp; tile += kTokenTile) {
     const int64_t tw = std::min(kTokenTile, ntp - tile);
     const float* src = xt + tile * K;
     uint32_t* dst = out + tile * K / 2;
-    for (int64_t p = 0; p < K / 2; ++p)
-      for (int64_t t = 0; t < tw; t += 16) {
+    for (int64_t p = 0; p < K / 2; ++p) {
+      int64_t t = 0;
+      for (; t + 16 <= tw; t += 16) {
         const __m512 lo = _mm512_loadu_ps(src + 2 * p * tw + t), hi = _mm512_loadu_ps(src + (2 * p + 1) * tw + t);
         const __m512i packed = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
         _mm512_storeu_si512(dst + p * tw + t, _mm512_permutexvar_epi16(idx, packed));
       }
+      if (t < tw) {  // 8 tokens: the same pairs from the low halves of the index
+        const __m512 both = _mm512_castpd_ps(
+            _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm256_loadu_ps(src + 2 * p * tw + t))),
+                               _mm256_castps_pd(_mm256_loadu_ps(src + (2 * p + 1) * tw + t)), 1));
+        const __m256i packed = (__m256i)_mm512_cvtneps_pbh(both);  // lo's 8, then hi's 8
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + p * tw + t),
+                            _mm256_permutexvar_epi16(idx8, packed));
+      }
+    }
   }
 }
 

@@ -647,7 +647,8 @@ TEST(Bf16ActivationsTest, PrefillIsTheProductWithBf16RoundedActivations) {
                                          {WeightFormat::kQ8, 29, 352},
                                          {WeightFormat::kQ4, 40, 544}}) {
     Weight m = Make(c, rng);
-    for (int64_t n : {int64_t{1}, kMaxGemvTokens, int64_t{9}, int64_t{16}, int64_t{33}, int64_t{67}, int64_t{150}}) {
+    for (int64_t n : {int64_t{1}, kMaxGemvTokens, int64_t{9}, int64_t{16}, int64_t{24}, int64_t{33}, int64_t{44}, int64_t{67},
+                      int64_t{150}}) {
       std::vector<float> x(static_cast<size_t>(n * c.cols));
       for (auto& v : x) v = nd(rng);
       std::vector<float> exact(static_cast<size_t>(n * c.rows)), got(exact.size());
