@@ -57,6 +57,8 @@ Environment:
   M2_FAST         1: also time m2 with its fast activations, --activations bf16 on FP8 and
                   int8+bf16 on q8 / q4 (needs AVX-512 BF16); 0: exact only (default: 1 where
                   the CPU has AVX-512 BF16)
+  PAIRS           all (default) or fp8: only the FP8 pair (m2 FP8 vs Q8_0 with a bf16 output
+                  matrix): one llama-quantize, no m2 quantize, a round in about a quarter of the time
   M2_INT8         1: also time m2's q8 / q4 with --activations int8+int8 (int8 decode and the int8
                   prefill GEMM; needs AVX-512 VNNI); 0: not (default: 1 where the CPU has AVX-512 VNNI)
 
@@ -98,6 +100,9 @@ fast=${M2_FAST:-$(grep -qw avx512_bf16 /proc/cpuinfo && echo 1 || echo 0)}
 [[ $fast =~ ^[01]$ ]] || { echo "compare_llamacpp.sh: M2_FAST must be 0 or 1, found '$fast'" >&2; exit 2; }
 int8=${M2_INT8:-$(grep -qw avx512_vnni /proc/cpuinfo && echo 1 || echo 0)}
 [[ $int8 =~ ^[01]$ ]] || { echo "compare_llamacpp.sh: M2_INT8 must be 0 or 1, found '$int8'" >&2; exit 2; }
+pairs=${PAIRS:-all}
+[[ $pairs =~ ^(all|fp8)$ ]] || { echo "compare_llamacpp.sh: PAIRS must be all or fp8, found '$pairs'" >&2; exit 2; }
+[ "$pairs" = fp8 ] && int8=0  # the int8 GEMM is for q8 / q4 weights
 
 # --- progress and errors --------------------------------------------------------------------
 step="start"
@@ -131,11 +136,15 @@ import glob, json, os, statistics, sys
 
 results, cache, slice_dir = sys.argv[1], sys.argv[2], sys.argv[3]
 # A round counts when every one of its runs finished (an interrupted benchmark leaves some).
-names = ["m2-fp8", "m2-q8", "m2-q4", "llama-q8_0-outbf16", "llama-q8_0", "llama-q4_0-outq8", "llama-q4_k_m-outq8"]
+# PAIRS=fp8 runs only the FP8 pair: no m2 q8 run in its results.
+only_fp8 = not os.path.exists(f"{results}/m2-q8-1.json")
+names = ["m2-fp8", "llama-q8_0-outbf16"]
+if not only_fp8:
+    names += ["m2-q8", "m2-q4", "llama-q8_0", "llama-q4_0-outq8", "llama-q4_k_m-outq8"]
 # Runs with m2's fast activations (M2_FAST=1) count when the first round has them.
 fast = os.path.exists(f"{results}/m2-fp8-fast-1.json")
 if fast:
-    names += ["m2-fp8-fast", "m2-q8-fast", "m2-q4-fast"]
+    names += ["m2-fp8-fast"] + ([] if only_fp8 else ["m2-q8-fast", "m2-q4-fast"])
 # And the int8 prefill GEMM (--activations int8+int8, AVX-512 VNNI) on q8 / q4 likewise.
 int8 = os.path.exists(f"{results}/m2-q8-int8-1.json")
 if int8:
@@ -189,7 +198,7 @@ def cell(v):
         return f"{'n/a':>22}"
     return f"{statistics.median(v):8.2f} [{min(v):.2f}..{max(v):.2f}]".rjust(22)
 
-first = load(f"{results}/llama-q8_0-{rounds[0]}.json.d0")[0]
+first = load(f"{results}/llama-q8_0-outbf16-{rounds[0]}.json.d0")[0]
 m2_first = load(f"{results}/m2-fp8-{rounds[0]}.json")
 print(f"llama.cpp build {first.get('build_commit')} ({first.get('backends')}), cpu_info: {first.get('cpu_info')}, "
       f"flash_attn {first.get('flash_attn')}, K/V cache {first.get('type_k')}/{first.get('type_v')}")
@@ -203,6 +212,8 @@ pairs = [
     ("m2 q4, lm_head q8", "q4", f"{cache}/m2-q4-lmq8", "llama.cpp Q4_0, output Q8_0", "q4_0-outq8"),
     ("m2 q4, lm_head q8", "q4", f"{cache}/m2-q4-lmq8", "llama.cpp Q4_K_M, output Q8_0", "q4_k_m-outq8"),
 ]
+if only_fp8:
+    pairs = pairs[:1]
 rows = [("prefill 512", "prefill"), ("decode depth 0", "d0"), ("decode depth 2048", "d2048")]
 for m2_label, m2_name, m2_path, ll_label, ll_name in pairs:
     a, b = m2_numbers(m2_name), llama_numbers(ll_name)
@@ -349,6 +360,7 @@ fi
 
 # All four GGUFs: name, llama-quantize type, output tensor type.
 ggufs=("q8_0-outbf16 Q8_0 bf16" "q8_0 Q8_0 q8_0" "q4_0-outq8 Q4_0 q8_0" "q4_k_m-outq8 Q4_K_M q8_0")
+[ "$pairs" = fp8 ] && ggufs=("${ggufs[0]}")
 all_quantized=1
 for g in "${ggufs[@]}"; do
   read -r name _ _ <<<"$g"
@@ -422,7 +434,9 @@ if [ -f "$bf16" ] && [ "${KEEP_BF16:-0}" != 1 ]; then
 fi
 
 phase "m2 quantize: q8 and q4, lm_head q8"
-for type in q8 q4; do
+m2_types=(q8 q4)
+[ "$pairs" = fp8 ] && m2_types=()
+for type in "${m2_types[@]}"; do
   dst=$cache/m2-$type-lmq8
   if [ -f "$dst/model.safetensors" ] || ls "$dst"/*.safetensors >/dev/null 2>&1; then
     note "already there: $dst"
@@ -474,8 +488,10 @@ runs=(
   "llama q4_0-outq8 $cache/gguf/slice-q4_0-outq8.gguf"
   "llama q4_k_m-outq8 $cache/gguf/slice-q4_k_m-outq8.gguf"
 )
+[ "$pairs" = fp8 ] && runs=("${runs[@]:0:2}")
 if [ "$fast" = 1 ]; then
-  runs+=("m2 fp8-fast $slice bf16" "m2 q8-fast $cache/m2-q8-lmq8 int8+bf16" "m2 q4-fast $cache/m2-q4-lmq8 int8+bf16")
+  runs+=("m2 fp8-fast $slice bf16")
+  [ "$pairs" = fp8 ] || runs+=("m2 q8-fast $cache/m2-q8-lmq8 int8+bf16" "m2 q4-fast $cache/m2-q4-lmq8 int8+bf16")
 fi
 if [ "$int8" = 1 ]; then
   runs+=("m2 q8-int8 $cache/m2-q8-lmq8 int8+int8" "m2 q4-int8 $cache/m2-q4-lmq8 int8+int8")

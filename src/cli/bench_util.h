@@ -14,7 +14,8 @@ namespace m2::cli {
 using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point a, Clock::time_point b);
-// Best of six parallel passes over 1 GiB, plain and prefetching reads alternately.
+// Best of six parallel passes over 1 GiB (in 2 MiB pages where the kernel allows, as the
+// weights are mapped), plain and prefetching reads alternately.
 double MeasureBandwidth(ThreadPool& pool);
 double MeasurePeakFlops(ThreadPool& pool);
 // The same with vdpbf16ps (the bf16 prefill's ceiling); only on CPUs with AVX-512 BF16.
