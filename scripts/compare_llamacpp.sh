@@ -417,7 +417,11 @@ PY
 fi
 
 # --- 4. quantize on both sides --------------------------------------------------------------
-phase "llama-quantize: Q8_0 (output bf16), Q8_0, Q4_0 and Q4_K_M (output Q8_0)"
+if [ "$pairs" = fp8 ]; then
+  phase "llama-quantize: Q8_0 (output bf16)"
+else
+  phase "llama-quantize: Q8_0 (output bf16), Q8_0, Q4_0 and Q4_K_M (output Q8_0)"
+fi
 for g in "${ggufs[@]}"; do
   read -r name type out <<<"$g"
   dst=$cache/gguf/slice-$name.gguf
@@ -433,9 +437,9 @@ if [ -f "$bf16" ] && [ "${KEEP_BF16:-0}" != 1 ]; then
   rm -f "$bf16"
 fi
 
-phase "m2 quantize: q8 and q4, lm_head q8"
 m2_types=(q8 q4)
 [ "$pairs" = fp8 ] && m2_types=()
+[ ${#m2_types[@]} -gt 0 ] && phase "m2 quantize: q8 and q4, lm_head q8"
 for type in "${m2_types[@]}"; do
   dst=$cache/m2-$type-lmq8
   if [ -f "$dst/model.safetensors" ] || ls "$dst"/*.safetensors >/dev/null 2>&1; then
