@@ -1,5 +1,5 @@
 // Decode GEMV speed per weight format on one thread, as bytes of weights read per second
-// next to a plain streaming read (ReadAll) of the same amount of memory, so the ratio
+// next to the read-bandwidth probe (MeasureReadBandwidth) over the same amount of memory, so the ratio
 // says how close each kernel comes to the memory limit; then prefill GEMM GFLOP/s on one
 // thread next to the measured FMA peak.
 //
@@ -9,6 +9,9 @@
 //                                           kernel this CPU runs, taking turns), all threads
 //   build/bench/gemv_bench --gemm [MiB]    q8 / q4 prefill GEMMs: exact, bf16 and int8 activations
 //                                           (each where the CPU has it, taking turns), all threads
+//   build/bench/gemv_bench --bf16 [MiB]    bf16 / FP8 decode: exact against bf16 activations,
+//                                           one thread and all threads
+//   build/bench/gemv_bench --read [MiB]    the read probe's patterns, one thread and all
 //   build/bench/gemv_bench --attention     decode attention over 1k-32k cached positions, one thread
 //   build/bench/gemv_bench --small         cache-resident small matrices (the bundled model's) at
 //                                           1-9 tokens, one thread, against the FMA peak
@@ -22,12 +25,15 @@
 #include <cstdlib>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "base/cpu.h"
+#include "base/dtype.h"
+#include "base/huge_buffer.h"
 #include "base/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/linear.h"
@@ -43,7 +49,8 @@ double Seconds(Clock::time_point a) { return std::chrono::duration<double>(Clock
 
 struct Set {
   m2::WeightFormat format;
-  std::vector<uint8_t> data, scale;
+  // In 2 MiB pages, as a model's weights are mapped (base/huge_buffer.h).
+  std::unique_ptr<m2::HugePageBuffer> data, scale;
   std::vector<m2::LinearWeight> mats;
 };
 
@@ -68,34 +75,47 @@ Set Make(m2::WeightFormat f, int64_t rows, int64_t cols, int64_t total_bytes) {
                               : (f == m2::WeightFormat::kQ8 || f == m2::WeightFormat::kQ4) ? rows * (cols / 32) * 2
                                                                                           : 0;
   const int64_t n = std::max<int64_t>(1, total_bytes / (data_bytes + scale_bytes));
-  s.data.resize(static_cast<size_t>(n * data_bytes));
-  s.scale.resize(static_cast<size_t>(n * scale_bytes));
+  s.data = std::make_unique<m2::HugePageBuffer>(static_cast<size_t>(n * data_bytes));
+  s.scale = std::make_unique<m2::HugePageBuffer>(static_cast<size_t>(std::max<int64_t>(1, n * scale_bytes)));
   std::mt19937 rng(1);
   // Plausible values (denormals would slow the FMAs down and measure nothing useful):
   // bf16 weights of magnitude 2^-8..2^-5 with random signs and mantissas; fp8 / int codes
   // from random bytes; scales ~ 1e-3.
   if (f == m2::WeightFormat::kBF16) {
-    auto* p = reinterpret_cast<uint16_t*>(s.data.data());
-    for (size_t i = 0; i < s.data.size() / 2; ++i)
+    auto* p = reinterpret_cast<uint16_t*>(s.data->data());
+    for (size_t i = 0; i < s.data->size() / 2; ++i)
       p[i] = static_cast<uint16_t>(((rng() & 1) << 15) | ((119 + rng() % 4) << 7) | (rng() & 0x7f));
   } else {
-    for (size_t i = 0; i < s.data.size(); ++i) s.data[i] = static_cast<uint8_t>(rng() & 0x7e);
+    for (size_t i = 0; i < s.data->size(); ++i) s.data->data()[i] = static_cast<uint8_t>(rng() & 0x7e);
   }
   if (f == m2::WeightFormat::kFp8Block) {
-    auto* p = reinterpret_cast<float*>(s.scale.data());
-    for (size_t i = 0; i < s.scale.size() / 4; ++i) p[i] = 1e-3f;
+    auto* p = reinterpret_cast<float*>(s.scale->data());
+    for (size_t i = 0; i < s.scale->size() / 4; ++i) p[i] = 1e-3f;
   } else {
-    auto* p = reinterpret_cast<uint16_t*>(s.scale.data());
-    for (size_t i = 0; i < s.scale.size() / 2; ++i) p[i] = 0x1400;  // ~1e-3 in fp16
+    auto* p = reinterpret_cast<uint16_t*>(s.scale->data());
+    for (size_t i = 0; i < s.scale->size() / 2; ++i) p[i] = 0x1400;  // ~1e-3 in fp16
   }
   for (int64_t i = 0; i < n; ++i) {
     m2::LinearWeight w = proto;
-    w.data = s.data.data() + i * data_bytes;
-    w.scale = scale_bytes ? s.scale.data() + i * scale_bytes : nullptr;
+    w.data = s.data->data() + i * data_bytes;
+    w.scale = scale_bytes ? s.scale->data() + i * scale_bytes : nullptr;
     s.mats.push_back(w);
   }
   return s;
 }
+
+// The read probe's buffer: `total` bytes of 1.0f in 2 MiB pages, like the weights.
+class ReadBuffer {
+ public:
+  explicit ReadBuffer(int64_t total) : mem_(static_cast<size_t>(total)) {
+    std::fill_n(data(), size(), 1.0f);
+  }
+  float* data() const { return reinterpret_cast<float*>(mem_.data()); }
+  size_t size() const { return mem_.size() / sizeof(float); }
+
+ private:
+  m2::HugePageBuffer mem_;
+};
 
 }  // namespace
 
@@ -105,15 +125,8 @@ Set Make(m2::WeightFormat f, int64_t rows, int64_t cols, int64_t total_bytes) {
 int BatchMode(int64_t total) {
   double best_read = 0;
   {
-    std::vector<float> buf(static_cast<size_t>(total / 4), 1.0f);
-    for (int rep = 0; rep < 4; ++rep) {
-      const auto t0 = Clock::now();
-      std::vector<double> sums(static_cast<size_t>(m2::ThreadPool::Global().size()));
-      m2::ThreadPool::Global().ParallelFor(static_cast<int64_t>(buf.size()), 4096, [&](int64_t b, int64_t e, int th) {
-        sums[static_cast<size_t>(th)] += m2::ReadAll(buf.data() + b, e - b, rep % 2 == 1);
-      });
-      best_read = std::max(best_read, total / Seconds(t0));
-    }
+    const ReadBuffer buf(total);
+    best_read = m2::MeasureReadBandwidth(m2::ThreadPool::Global(), buf.data(), static_cast<int64_t>(buf.size()), 2);
   }
   std::printf("%d threads, %s kernels; parallel read %.2f GB/s\n", m2::ThreadPool::Global().size(),
               m2::ActiveIsa() == m2::KernelIsa::kAvx512 ? "avx512" : "avx2", best_read / 1e9);
@@ -168,15 +181,8 @@ int Int8Mode(int64_t total) {
   m2::ThreadPool& pool = m2::ThreadPool::Global();
   double best_read = 0;
   {
-    std::vector<float> buf(static_cast<size_t>(total / 4), 1.0f);
-    for (int rep = 0; rep < 4; ++rep) {
-      const auto t0 = Clock::now();
-      std::vector<double> sums(static_cast<size_t>(pool.size()));
-      pool.ParallelFor(static_cast<int64_t>(buf.size()), 4096, [&](int64_t b, int64_t e, int th) {
-        sums[static_cast<size_t>(th)] += m2::ReadAll(buf.data() + b, e - b, rep % 2 == 1);
-      });
-      best_read = std::max(best_read, total / Seconds(t0));
-    }
+    const ReadBuffer buf(total);
+    best_read = m2::MeasureReadBandwidth(pool, buf.data(), static_cast<int64_t>(buf.size()), 2);
   }
   const double peak = BurstPeak(pool, m2::FmaBurst);  // FmaBurst on every thread at once
   std::printf("%d threads, %s kernels; parallel read %.2f GB/s, fp32 FMA peak %.1f GFLOP/s\n", pool.size(),
@@ -398,9 +404,157 @@ int AttentionMode() {
   return 0;
 }
 
+// The bf16 decode kernels against a double-precision sum of the same products (weights
+// decoded exactly, activations rounded to bf16 as the kernel rounds them): every FP8 code but
+// the two NaNs, both signs, a different scale per block, rows that leave a remainder for
+// the kernel's row blocks, 1-4 tokens. Returns the number of results outside 1e-5 of the
+// sum of |products| (fp32 accumulation in another order).
+int64_t CheckGemvBf16() {
+  std::mt19937 rng(7);
+  int64_t bad = 0;
+  for (auto f : {m2::WeightFormat::kFp8Block, m2::WeightFormat::kBF16}) {
+    const int64_t rows = 263, cols = 384;
+    m2::LinearWeight w;
+    w.format = f;
+    w.rows = rows;
+    w.cols = cols;
+    std::vector<uint8_t> fp8(static_cast<size_t>(rows * cols));
+    std::vector<uint16_t> b16(static_cast<size_t>(rows * cols));
+    std::vector<float> scales(static_cast<size_t>(w.scale_rows() * w.scale_cols()));
+    for (auto& v : fp8) {
+      do v = static_cast<uint8_t>(rng()); while ((v & 0x7f) == 0x7f);
+    }
+    for (auto& v : b16) v = static_cast<uint16_t>(((rng() & 1) << 15) | ((115 + rng() % 12) << 7) | (rng() & 0x7f));
+    for (auto& v : scales) v = std::ldexp(1.0f + static_cast<float>(rng() % 256) / 256.0f, -10 + static_cast<int>(rng() % 4));
+    if (f == m2::WeightFormat::kFp8Block) {
+      w.data = fp8.data();
+      w.scale = scales.data();
+    } else {
+      w.data = b16.data();
+    }
+    if (!m2::GemvBf16Supports(w, m2::Cpu().avx512_vbmi)) continue;
+    for (int64_t n = 1; n <= 4; ++n) {
+      std::vector<float> x(static_cast<size_t>(n * cols)), y(static_cast<size_t>(n * rows), -1.0f);
+      for (auto& v : x) v = std::ldexp(static_cast<float>(rng() % 2000001) / 1e6f - 1.0f, static_cast<int>(rng() % 8) - 4);
+      std::vector<uint16_t> xb(x.size());
+      m2::PackGemvBf16Avx512(x.data(), n, cols, f == m2::WeightFormat::kFp8Block, xb.data());
+      if (!m2::GemvRowsBf16Avx512(w, xb.data(), n, y.data(), 0, rows)) {
+        std::printf("CHECK FAILED: the kernel refused %s with %lld tokens\n", m2::WeightFormatName(f),
+                    static_cast<long long>(n));
+        ++bad;
+        continue;
+      }
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t r = 0; r < rows; ++r) {
+          double sum = 0, mag = 0;
+          for (int64_t k = 0; k < cols; ++k) {
+            const size_t i = static_cast<size_t>(r * cols + k);
+            const double wv = f == m2::WeightFormat::kFp8Block
+                                  ? static_cast<double>(m2::Fp8E4M3ToF32(fp8[i])) *
+                                        scales[static_cast<size_t>(r / w.block_rows * w.scale_cols() + k / w.block_cols)]
+                                  : static_cast<double>(m2::Bf16ToF32(b16[i]));
+            const double xv = m2::Bf16ToF32(m2::RoundToBf16(x[static_cast<size_t>(t * cols + k)]));
+            sum += wv * xv;
+            mag += std::fabs(wv * xv);
+          }
+          const double got = y[static_cast<size_t>(t * rows + r)];
+          if (!(std::fabs(got - sum) <= 1e-5 * mag)) {
+            if (bad < 5)
+              std::printf("CHECK FAILED: %s, %lld tokens, token %lld row %lld: %.9g, expected %.9g\n",
+                          m2::WeightFormatName(f), static_cast<long long>(n), static_cast<long long>(t),
+                          static_cast<long long>(r), got, sum);
+            ++bad;
+          }
+        }
+    }
+  }
+  return bad;
+}
+
+// Decode with exact against bf16 activations (`gemv_bench --bf16 [MiB]`, CPUs with AVX-512
+// BF16): bf16 and FP8 weights (the lm_head's and an expert's shapes), 1 and 2 tokens, one
+// thread and all threads, the two kernels taking turns, as GB/s of weights read next to
+// the read probe on the same threads.
+int Bf16Mode(int64_t total) {
+  if (!m2::Cpu().avx512_bf16 || m2::ActiveIsa() != m2::KernelIsa::kAvx512) {
+    std::printf("no AVX-512 BF16 (or M2_KERNELS is not avx512): nothing to compare\n");
+    return 0;
+  }
+  if (const int64_t bad = CheckGemvBf16(); bad > 0) {
+    std::printf("the bf16 decode kernels gave %lld wrong results: nothing timed\n", static_cast<long long>(bad));
+    return 1;
+  }
+  std::printf("check: the bf16 decode kernels match a double-precision reference (1-4 tokens, every FP8 code)\n");
+  m2::ThreadPool one(1);
+  for (m2::ThreadPool* pool : {&one, &m2::ThreadPool::Global()}) {
+    double read = 0;
+    {
+      const ReadBuffer buf(total);
+      read = m2::MeasureReadBandwidth(*pool, buf.data(), static_cast<int64_t>(buf.size()), 2);
+    }
+    std::printf("%d threads: read %.2f GB/s\n%-10s %6s %6s %6s %12s %12s\n", pool->size(), read / 1e9, "format", "rows",
+                "cols", "tokens", "exact GB/s", "bf16 GB/s");
+    for (auto [f, r, c] : {std::tuple<m2::WeightFormat, int64_t, int64_t>{m2::WeightFormat::kBF16, 8192, 3072},
+                           {m2::WeightFormat::kFp8Block, 1536, 3072},
+                           {m2::WeightFormat::kFp8Block, 3072, 1536}}) {
+      Set s = Make(f, r, c, total);
+      if (!m2::GemvBf16Supports(s.mats[0], m2::Cpu().avx512_vbmi)) {
+        std::printf("%-10s: the bf16 decode kernel does not take it on this CPU\n", m2::WeightFormatName(f));
+        continue;
+      }
+      for (int64_t n : {1, 2}) {
+        std::vector<float> xs(static_cast<size_t>(n * c)), ys(static_cast<size_t>(n * r));
+        for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.01f * static_cast<float>(i));
+        std::vector<uint16_t> xb(xs.size());
+        double best[2] = {0, 0};
+        for (int rep = 0; rep < 6; ++rep) {
+          const int v = rep % 2;
+          int64_t bytes = 0;
+          const auto t0 = Clock::now();
+          for (const auto& w : s.mats) {
+            if (v == 0) {
+              m2::LinearOnPool(w, xs.data(), n, ys.data(), *pool);
+            } else {
+              m2::PackGemvBf16Avx512(xs.data(), n, c, f == m2::WeightFormat::kFp8Block, xb.data());
+              pool->ParallelFor(r, 16, [&](int64_t r0, int64_t r1, int) {
+                m2::GemvRowsBf16Avx512(w, xb.data(), n, ys.data(), r0, r1);
+              });
+            }
+            bytes += w.bytes();
+          }
+          best[v] = std::max(best[v], bytes / Seconds(t0));
+        }
+        std::printf("%-10s %6lld %6lld %6lld %12.2f %12.2f\n", m2::WeightFormatName(f), static_cast<long long>(r),
+                    static_cast<long long>(c), static_cast<long long>(n), best[0] / 1e9, best[1] / 1e9);
+      }
+    }
+  }
+  return 0;
+}
+
+// Read patterns (`gemv_bench --read [MiB]`): one thread and all threads, 1-8 streams,
+// with and without prefetching: which the bandwidth probe should take.
+int ReadMode(int64_t total) {
+  const ReadBuffer buf(total);
+  m2::ThreadPool one(1);
+  for (m2::ThreadPool* pool : {&one, &m2::ThreadPool::Global()}) {
+    for (int streams : {1, 2, 4, 8}) {
+      for (bool pf : {false, true}) {
+        double best = 0;
+        for (int rep = 0; rep < 4; ++rep)
+          best = std::max(best, m2::ReadPatternBandwidth(*pool, buf.data(), static_cast<int64_t>(buf.size()), streams, pf));
+        std::printf("%d threads, %d streams, prefetch %d: %.2f GB/s\n", pool->size(), streams, pf ? 1 : 0, best / 1e9);
+      }
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--attention") == 0) return AttentionMode();
   if (argc > 1 && std::strcmp(argv[1], "--small") == 0) return SmallMode();
+  if (argc > 1 && std::strcmp(argv[1], "--bf16") == 0) return Bf16Mode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
+  if (argc > 1 && std::strcmp(argv[1], "--read") == 0) return ReadMode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
   if (argc > 1 && std::strcmp(argv[1], "--batch") == 0) return BatchMode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
   if (argc > 1 && std::strcmp(argv[1], "--gemm") == 0) return GemmMode((argc > 2 ? std::atoll(argv[2]) : 512) << 20);
   if (argc > 1 && std::strcmp(argv[1], "--int8") == 0) return Int8Mode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
@@ -409,16 +563,13 @@ int main(int argc, char** argv) {
   const bool avx512 = m2::ActiveIsa() == m2::KernelIsa::kAvx512;
   std::printf("one thread, %s kernels, %lld MiB per format\n", avx512 ? "avx512" : "avx2",
               static_cast<long long>(mib));
-  // The plain read: a float buffer of the same size.
-  std::vector<float> buf(static_cast<size_t>(total / 4), 1.0f);
+  // The read probe (one thread): a float buffer of the same size.
   double best_read = 0;
-  for (int rep = 0; rep < 6; ++rep) {  // plain and prefetching reads, the best of either
-    const auto t0 = Clock::now();
-    volatile double sink = m2::ReadAll(buf.data(), static_cast<int64_t>(buf.size()), rep % 2 == 1);
-    (void)sink;
-    best_read = std::max(best_read, total / Seconds(t0));
+  {
+    const ReadBuffer buf(total);
+    m2::ThreadPool one(1);
+    best_read = m2::MeasureReadBandwidth(one, buf.data(), static_cast<int64_t>(buf.size()), 2);
   }
-  buf = {};
   std::printf("%-10s %10s %8s\n", "format", "GB/s", "of read");
   std::printf("%-10s %10.2f %7.0f%%\n", "read", best_read / 1e9, 100.0);
   const int64_t rows = 3072, cols = 1536;

@@ -7,7 +7,8 @@
 #   bash scripts/bench_slice.sh [runs=3] [slice dir=/tmp/slice]
 #
 # Makes the slice (5.8 GiB, a few minutes) and the q4 copy (4.3 GiB) when they are missing.
-# Each run's JSON is kept next to the slice as bench-<format>-<n>.json.
+# Each run's JSON is kept next to the slice as bench-<format>-<n>.json. Activations: exact
+# (the README's figures; m2 bench's own default is auto), or M2_ACTIVATIONS=auto|int8+int8|...
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-3}
@@ -20,7 +21,7 @@ for fmt in fp8 q4; do
   dir=$slice; [ $fmt = q4 ] && dir=$slice-q4
   for i in $(seq "$runs"); do
     echo "bench $fmt, run $i of $runs..." >&2
-    "$m2" bench -m "$dir" --json > "$slice/bench-$fmt-$i.json"
+    "$m2" bench -m "$dir" --json --activations "${M2_ACTIVATIONS:-exact}" > "$slice/bench-$fmt-$i.json"
   done
 done
 python3 - "$slice" "$runs" <<'PY'

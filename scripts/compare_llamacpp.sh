@@ -59,8 +59,10 @@ Environment:
                   the CPU has AVX-512 BF16)
   PAIRS           all (default) or fp8: only the FP8 pair (m2 FP8 vs Q8_0 with a bf16 output
                   matrix): one llama-quantize, no m2 quantize, a round in about a quarter of the time
-  M2_INT8         1: also time m2's q8 / q4 with --activations int8+int8 (int8 decode and the int8
-                  prefill GEMM; needs AVX-512 VNNI); 0: not (default: 1 where the CPU has AVX-512 VNNI)
+  M2_INT8         1: also time m2's q8 / q4 with int8 activations: --activations int8+int8 (int8
+                  decode and the int8 prefill GEMM) for q4, and for q8 where the CPU has AVX-512
+                  VNNI (without it q8 gets --activations int8: int8 decode, exact prefill); 0: not
+                  (default: 1 where the CPU has AVX2)
 
 What is timed (tokens/s; random token ids on both sides, the same lengths):
   m2 bench      prefill: 512 tokens, best of 2 runs (the first is the warm-up)
@@ -98,7 +100,9 @@ threads=${THREADS:-2}
 [[ $threads =~ ^[1-9][0-9]*$ ]] || { echo "compare_llamacpp.sh: THREADS must be a positive integer, found '$threads'" >&2; exit 2; }
 fast=${M2_FAST:-$(grep -qw avx512_bf16 /proc/cpuinfo && echo 1 || echo 0)}
 [[ $fast =~ ^[01]$ ]] || { echo "compare_llamacpp.sh: M2_FAST must be 0 or 1, found '$fast'" >&2; exit 2; }
-int8=${M2_INT8:-$(grep -qw avx512_vnni /proc/cpuinfo && echo 1 || echo 0)}
+int8=${M2_INT8:-$(grep -qw avx2 /proc/cpuinfo && echo 1 || echo 0)}
+q8_int8=int8+int8  # the q8 int8 GEMM needs AVX-512 VNNI; without it, int8 decode only
+grep -qw avx512_vnni /proc/cpuinfo || q8_int8=int8
 [[ $int8 =~ ^[01]$ ]] || { echo "compare_llamacpp.sh: M2_INT8 must be 0 or 1, found '$int8'" >&2; exit 2; }
 pairs=${PAIRS:-all}
 [[ $pairs =~ ^(all|fp8)$ ]] || { echo "compare_llamacpp.sh: PAIRS must be all or fp8, found '$pairs'" >&2; exit 2; }
@@ -145,7 +149,7 @@ if not only_fp8:
 fast = os.path.exists(f"{results}/m2-fp8-fast-1.json")
 if fast:
     names += ["m2-fp8-fast"] + ([] if only_fp8 else ["m2-q8-fast", "m2-q4-fast"])
-# And the int8 prefill GEMM (--activations int8+int8, AVX-512 VNNI) on q8 / q4 likewise.
+# And the int8 activations (M2_INT8: int8+int8, or int8 for q8 without AVX-512 VNNI) likewise.
 int8 = os.path.exists(f"{results}/m2-q8-int8-1.json")
 if int8:
     names += ["m2-q8-int8", "m2-q4-int8"]
@@ -228,8 +232,8 @@ for m2_label, m2_name, m2_path, ll_label, ll_name in pairs:
     variants = []
     if fast:
         variants.append(("-fast", "bf16" if m2_name == "fp8" else "int8+bf16"))
-    if int8 and m2_name != "fp8":
-        variants.append(("-int8", "int8+int8"))
+    if int8 and m2_name != "fp8":  # the activations each run used, as its JSON records them
+        variants.append(("-int8", load(f"{results}/m2-{m2_name}-int8-{rounds[0]}.json").get("activations", "int8+int8")))
     for suffix, acts in variants:
         f = m2_numbers(m2_name + suffix)
         print(f"  m2 --activations {acts}:")
@@ -498,7 +502,7 @@ if [ "$fast" = 1 ]; then
   [ "$pairs" = fp8 ] || runs+=("m2 q8-fast $cache/m2-q8-lmq8 int8+bf16" "m2 q4-fast $cache/m2-q4-lmq8 int8+bf16")
 fi
 if [ "$int8" = 1 ]; then
-  runs+=("m2 q8-int8 $cache/m2-q8-lmq8 int8+int8" "m2 q4-int8 $cache/m2-q4-lmq8 int8+int8")
+  runs+=("m2 q8-int8 $cache/m2-q8-lmq8 $q8_int8" "m2 q4-int8 $cache/m2-q4-lmq8 int8+int8")
 fi
 for round in $(seq "$rounds"); do
   phase "benchmark round $round of $rounds"

@@ -42,6 +42,7 @@ CpuFeatures Detect() {
   f.avx512bw = z && (b & bit_AVX512BW);
   f.avx512vl = z && (b & bit_AVX512VL);
   f.avx512_vnni = z && (c & bit_AVX512VNNI);
+  f.avx512_vbmi = z && (c & bit_AVX512VBMI);
   if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) {
     f.avx512_bf16 = z && (a & bit_AVX512BF16);
     f.avx_vnni = avx_os && (a & (1u << 4));  // CPUID.(EAX=7,ECX=1):EAX[4]
@@ -64,6 +65,7 @@ std::string CpuFeatures::Describe() const {
   add(avx512vl, "avx512vl");
   add(avx512_bf16, "avx512_bf16");
   add(avx512_vnni, "avx512_vnni");
+  add(avx512_vbmi, "avx512_vbmi");
   add(avx_vnni, "avx_vnni");
   return s.empty() ? "none" : s;
 }

@@ -10,6 +10,7 @@ namespace m2 {
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512_bf16 = false, avx512_vnni = false;
+  bool avx512_vbmi = false;
   bool avx_vnni = false;  // the VEX-encoded vpdpbusd (needs only AVX state)
 
   bool has_avx512() const { return avx512f && avx512bw && avx512vl && fma && f16c; }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "base/huge_buffer.h"
 #include "base/progress.h"
 #include "kernels/probe.h"
 
@@ -15,52 +16,15 @@ namespace m2::cli {
 
 double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-namespace {
-// 1 GiB of 1.0f for the read probe, in 2 MiB pages where the kernel gives them: a model's
-// weights are file pages, which Linux maps 2 MiB at a time when the page cache holds them
-// in large folios (ext4 on 6.x kernels: `FilePmdMapped` in /proc/PID/smaps_rollup), and a
-// probe in 4 KiB pages would read slower than the weights can (one thread on a Zen 4 VM:
-// 25-28 against 30-32 GB/s), so the ratio to it would flatter the decode. Anonymous memory
-// gets 2 MiB pages only when asked (THP "madvise" mode): aligned and MADV_HUGEPAGE.
-class ProbeBuffer {
- public:
-  explicit ProbeBuffer(int64_t floats) : bytes_(static_cast<size_t>(floats) * sizeof(float)) {
-    constexpr size_t kHuge = size_t{2} << 20;
-    raw_bytes_ = bytes_ + kHuge;
-    raw_ = ::mmap(nullptr, raw_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    M2_CHECK(raw_ != MAP_FAILED, "cannot map {} bytes for the read-bandwidth probe", raw_bytes_);
-    const uintptr_t aligned = (reinterpret_cast<uintptr_t>(raw_) + kHuge - 1) & ~(kHuge - 1);
-    data_ = reinterpret_cast<float*>(aligned);
-    (void)::madvise(data_, bytes_, MADV_HUGEPAGE);  // a hint: without THP the pages stay 4 KiB
-    std::fill_n(data_, floats, 1.0f);
-  }
-  ~ProbeBuffer() { ::munmap(raw_, raw_bytes_); }
-  ProbeBuffer(const ProbeBuffer&) = delete;
-  ProbeBuffer& operator=(const ProbeBuffer&) = delete;
-  const float* data() const { return data_; }
 
- private:
-  size_t bytes_, raw_bytes_;
-  void* raw_;
-  float* data_;
-};
-}  // namespace
-
-// Best of six parallel passes over a buffer much larger than the caches, three plain
-// and three with the GEMV kernels' prefetching (whichever reads faster here).
+// The best of two rounds of the probe's read patterns (kernels/probe.h) over 1 GiB.
 double MeasureBandwidth(ThreadPool& pool) {
   const int64_t n = (1ll << 30) / sizeof(float);
-  const ProbeBuffer buf(n);
-  double best = 0;
-  for (int rep = 0; rep < 6; ++rep) {
-    std::vector<double> sums(pool.size());
-    const bool prefetch = rep % 2 == 1;
-    const auto t0 = Clock::now();
-    pool.ParallelFor(n, 4096, [&](int64_t b, int64_t e, int th) { sums[th] += ReadAll(buf.data() + b, e - b, prefetch); });
-    const double s = Seconds(t0, Clock::now());
-    best = std::max(best, static_cast<double>(n * sizeof(float)) / s);
-  }
-  return best;
+  // In 2 MiB pages, as the weights are mapped (see base/huge_buffer.h).
+  const HugePageBuffer mem(static_cast<size_t>(n) * sizeof(float));
+  float* const probe = reinterpret_cast<float*>(mem.data());
+  std::fill_n(probe, n, 1.0f);
+  return MeasureReadBandwidth(pool, probe, n, 2);
 }
 
 double MeasurePeakFlops(ThreadPool& pool) { return MeasurePeak(pool, FmaBurst); }

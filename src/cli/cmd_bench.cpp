@@ -45,6 +45,16 @@ namespace m2::cli {
 
 namespace {
 
+// Whether any weight prefills on the int8 GEMM (what --activations auto gave the model).
+bool AnyInt8Prefill(const ModelWeights& weights) {
+  bool any = false;
+  // ForEachLinear takes a mutable model; this only reads.
+  ForEachLinear(const_cast<ModelWeights&>(weights), [&](LinearWeight& w) {
+    any = any || w.activations == ActivationMode::kInt8DecodeInt8Prefill;
+  });
+  return any;
+}
+
 // --parallel: what each rank spent on the decode steps between two GatherRankStats (one
 // stream at context C: one token per step).
 nlohmann::json RankRows(const std::vector<RankStats>& a, const std::vector<RankStats>& b, int32_t context) {
@@ -84,7 +94,7 @@ struct BenchOptions {
   std::string spec = "off";       // lookup: only the speculative-decoding comparison (bench_spec.h)
   int draft = 4;
   int spec_tokens = 200;
-  std::string activations = "exact";
+  std::string activations = "auto";  // as generate / chat / serve (engine_flags.h)
   bool competing_load = false;    // only the 1-vs-N-threads test with competing processes
   int load_rounds = 5;
   int64_t load_prompt = 64;
@@ -332,11 +342,13 @@ int Run(const BenchOptions& o) {
   const bool bf16 = (mode == ActivationMode::kBf16Prefill || mode == ActivationMode::kInt8DecodeBf16Prefill) &&
                     Bf16GemmAvailable();
   // The int8 GEMM q4 weights get (q8 has only the VNNI one): its instruction's ceiling.
+  // With auto, whether any weight takes it is known once the model is loaded (below).
   const Int8GemmKernel int8_kernel =
-      mode == ActivationMode::kInt8DecodeInt8Prefill ? Int8GemmFor(WeightFormat::kQ4) : Int8GemmKernel::kNone;
-  const bool int8_gemm = int8_kernel != Int8GemmKernel::kNone;
+      mode == ActivationMode::kInt8DecodeInt8Prefill || mode == ActivationMode::kAuto ? Int8GemmFor(WeightFormat::kQ4)
+                                                                                     : Int8GemmKernel::kNone;
+  bool int8_gemm = int8_kernel != Int8GemmKernel::kNone;
   const bool vnni = int8_kernel == Int8GemmKernel::kAvx512Vnni;
-  const bool dot = bf16 || int8_gemm;  // a dot-product ceiling for the prefill rows
+  bool dot = bf16 || int8_gemm;  // a dot-product ceiling for the prefill rows
   const auto measure_dot = [&] {
     return bf16 ? MeasurePeakBf16Flops(pool) : int8_gemm ? MeasurePeakInt8Ops(pool, vnni) : 0.0;
   };
@@ -347,6 +359,9 @@ int Run(const BenchOptions& o) {
   if (!model.ok()) return Fail(model.status());
   Model& m = **model;
   const ModelConfig& c = m.config();
+  if (mode == ActivationMode::kAuto && int8_gemm && !AnyInt8Prefill(m.weights())) {
+    int8_gemm = dot = false;  // no q4 weights: auto left everything exact
+  }
   Prefault(m);
   const Costs costs = CountCosts(m);
   std::mt19937 rng(7);

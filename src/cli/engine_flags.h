@@ -14,7 +14,7 @@ namespace m2::cli {
 
 struct EngineFlags {
   int threads = 0;  // -t: threads of the forward pass (0: one per available core)
-  std::string activations = "exact";  // --activations exact|int8
+  std::string activations = "auto";  // --activations auto|exact|int8|bf16|int8+bf16|int8+int8
   double kv_memory = 0;
   int64_t kv_tokens = 0;
   std::string kv_dtype = "bf16";
@@ -34,7 +34,7 @@ struct EngineFlags {
 // one thread per available core).
 void AddThreadsFlag(CLI::App* cmd, int& threads);
 
-// --activations exact|int8|bf16|int8+bf16|int8+int8 (or another flag name) into `value`: how q8 / q4 weights
+// --activations auto|exact|int8|bf16|int8+bf16|int8+int8 (or another flag name) into `value`: how q8 / q4 weights
 // (int8: kernels/linear_int8.h) or bf16 / FP8 weights (bf16: kernels/linear_bf16.h) meet
 // their activations. Every command that runs the model has it.
 void AddActivationsFlag(CLI::App* cmd, std::string& value, const std::string& name = "--activations");
@@ -45,6 +45,7 @@ inline ActivationMode ActivationsOf(const std::string& value, bool everywhere = 
   if (value == "bf16") return ActivationMode::kBf16Prefill;
   if (value == "int8+bf16") return ActivationMode::kInt8DecodeBf16Prefill;
   if (value == "int8+int8") return ActivationMode::kInt8DecodeInt8Prefill;
+  if (value == "auto") return ActivationMode::kAuto;
   return value != "int8" ? ActivationMode::kExact : everywhere ? ActivationMode::kInt8 : ActivationMode::kInt8Decode;
 }
 

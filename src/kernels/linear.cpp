@@ -252,6 +252,7 @@ void LinearExactOn(const LinearWeight& w, const float* x, int64_t n, float* y, T
 // on the whole product's token count (the exact path splits it into smaller ones).
 void LinearOn(const LinearWeight& w, const float* x, int64_t n, float* y, ThreadPool* pool_or_null) {
   M2_CHECK(w.valid(), "Linear on an empty weight");
+  M2_CHECK(w.activations != ActivationMode::kAuto, "Linear on a weight whose activation mode (auto) was never resolved");
   if (UsesInt8Gemm(w, n)) return LinearInt8GemmOn(w, x, n, y, pool_or_null);
   const bool int8_decode = w.activations == ActivationMode::kInt8Decode ||
                            w.activations == ActivationMode::kInt8DecodeBf16Prefill ||

@@ -33,13 +33,17 @@ inline constexpr int64_t kMaxGemvTokens = 8;
 // kInt8DecodeBf16Prefill (q8 / q4): int8 for decode, bf16 for prefill.
 // kInt8DecodeInt8Prefill (q8 / q4 on CPUs with AVX-512 VNNI): int8 for decode and for
 // prefill, there on the int8 GEMM (linear_int8.h), which gives the reference's bits.
+// kAuto is a load-time choice only (LoadOptions::activations, `--activations auto`): the
+// model resolves it weight by weight (model.cpp: int8 for q4 weights, exact otherwise); no
+// weight carries it, and Linear() refuses one that does.
 enum class ActivationMode : uint8_t {
   kExact,
   kInt8Decode,
   kInt8,
   kBf16Prefill,
   kInt8DecodeBf16Prefill,
-  kInt8DecodeInt8Prefill
+  kInt8DecodeInt8Prefill,
+  kAuto
 };
 
 // Columns per scale in kQ8 / kQ4.

@@ -1,6 +1,9 @@
 #include "kernels/ops.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <vector>
 
 namespace m2 {
 
@@ -69,7 +72,9 @@ void Softmax(float* x, int64_t n) {
 
 }  // namespace m2
 
+#include "base/check.h"
 #include "base/cpu.h"
+#include "base/thread_pool.h"
 #include "kernels/probe.h"
 
 namespace m2 {
@@ -84,6 +89,35 @@ double ReadAll(const float* p, int64_t n, bool prefetch) {
       return s;
     }
   }
+}
+
+double ReadStreams(const float* p, int64_t n, int streams, bool prefetch) {
+  M2_CHECK(streams == 1 || streams == 2 || streams == 4 || streams == 8, "ReadStreams: {} streams (1, 2, 4 or 8)",
+           streams);
+  switch (ActiveIsa()) {
+    case KernelIsa::kAvx512: return ReadStreamsAvx512(p, n, streams, prefetch);
+    case KernelIsa::kAvx2: return ReadStreamsAvx2(p, n, streams, prefetch);
+    default: return ReadAll(p, n, prefetch);
+  }
+}
+
+double ReadPatternBandwidth(ThreadPool& pool, const float* buf, int64_t n, int streams, bool prefetch) {
+  std::vector<double> sums(static_cast<size_t>(pool.size()));  // keeps the reads alive
+  const auto t0 = std::chrono::steady_clock::now();
+  pool.ParallelFor(n, 4096, [&](int64_t b, int64_t e, int th) {
+    sums[static_cast<size_t>(th)] += ReadStreams(buf + b, e - b, streams, prefetch);
+  });
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return static_cast<double>(n) * sizeof(float) / s;
+}
+
+double MeasureReadBandwidth(ThreadPool& pool, const float* buf, int64_t n, int rounds) {
+  double best = 0;
+  for (int round = 0; round < rounds; ++round)
+    for (const int streams : {1, 4})
+      for (const bool prefetch : {false, true})
+        best = std::max(best, ReadPatternBandwidth(pool, buf, n, streams, prefetch));
+  return best;
 }
 
 double FmaBurst(int64_t iters) {

@@ -6,6 +6,8 @@
 
 namespace m2 {
 
+class ThreadPool;
+
 // Sum of n floats, read with SIMD loads and independent accumulators (a streaming read).
 // prefetch: also prefetch 16 KiB ahead into L2, as the GEMV kernels do; on some machines
 // that reads faster than the plain loop, so a bandwidth ceiling takes the best of both.
@@ -14,7 +16,23 @@ double ReadAll(const float* p, int64_t n, bool prefetch = false);
 // (2 per lane per FMA). The result feeds a sink so the work cannot be optimised away.
 double FmaBurst(int64_t iters);
 
+// `streams` (1, 2, 4 or 8) equal parts of [0, n) read side by side, as a GEMV reads
+// several rows at once; prefetch: 1 KiB ahead into L1 and 16 KiB into L2 per stream.
+double ReadStreams(const float* p, int64_t n, int streams, bool prefetch);
+
+// One timed pass of ReadStreams by `pool`'s threads over buf[0, n), bytes per second.
+double ReadPatternBandwidth(ThreadPool& pool, const float* buf, int64_t n, int streams, bool prefetch);
+// The read bandwidth of `pool`'s threads over buf[0, n) (far larger than the caches, in
+// 2 MiB pages like the weights: base/huge_buffer.h), bytes per second: the best of
+// `rounds` rounds of four patterns, one stream and four per thread, each with and without
+// prefetching (which is fastest differs between machines; on a Zen 4 VM a GEMV, reading
+// 4-8 rows at once, outran a one-stream probe by 15%, so a ceiling that left the
+// multi-stream read out flattered every ratio to it).
+double MeasureReadBandwidth(ThreadPool& pool, const float* buf, int64_t n, int rounds);
+
 double ReadAllAvx512(const float* p, int64_t n, bool prefetch);
+double ReadStreamsAvx512(const float* p, int64_t n, int streams, bool prefetch);
+double ReadStreamsAvx2(const float* p, int64_t n, int streams, bool prefetch);
 double ReadAllAvx2(const float* p, int64_t n, bool prefetch);
 double FmaBurstAvx512(int64_t iters);
 // As FmaBurst with vdpbf16ps (32 multiply-adds per instruction): the ceiling of the bf16

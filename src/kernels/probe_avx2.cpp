@@ -8,5 +8,8 @@ namespace m2 {
 double ReadAllAvx2(const float* p, int64_t n, bool prefetch) {
   return prefetch ? avx2::ReadAllSimd<true>(p, n) : avx2::ReadAllSimd<false>(p, n);
 }
+double ReadStreamsAvx2(const float* p, int64_t n, int streams, bool prefetch) {
+  return avx2::ReadStreamsAny(p, n, streams, prefetch);
+}
 double FmaBurstAvx2(int64_t iters) { return avx2::FmaBurstSimd(iters); }
 }  // namespace m2

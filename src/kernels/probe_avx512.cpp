@@ -8,5 +8,8 @@ namespace m2 {
 double ReadAllAvx512(const float* p, int64_t n, bool prefetch) {
   return prefetch ? avx512::ReadAllSimd<true>(p, n) : avx512::ReadAllSimd<false>(p, n);
 }
+double ReadStreamsAvx512(const float* p, int64_t n, int streams, bool prefetch) {
+  return avx512::ReadStreamsAny(p, n, streams, prefetch);
+}
 double FmaBurstAvx512(int64_t iters) { return avx512::FmaBurstSimd(iters); }
 }  // namespace m2

@@ -31,8 +31,35 @@ namespace {
 // rounded activation can flip a close choice of experts (the reference routes in fp32) and
 // the routers are a tiny part of the work; a prompt's prefill computes logits for its last
 // token only (decode kernels), and m2 perplexity's KL then measures the hidden states.
+//
+// kAuto (the default of generate, chat, serve and bench): q4 weights get int8 activations in
+// decode steps and in prefill (the int8 GEMM) where this CPU runs them (the avx2 or avx512
+// kernels), every other weight stays exact. llama.cpp multiplies 4-bit weights with 8-bit
+// activations by default too; what it costs is small next to the 4-bit weights' own cost
+// (README, "int8 activations": a tenth to a fiftieth of it), and on an AVX2 machine it is
+// the difference between 0.55x and 1.1x llama.cpp's Q4_0 decode. q8 stays exact (there the
+// activations would be most of a small cost), FP8 and bf16 have no int8 path.
 Status SetActivations(ModelWeights& weights, ActivationMode mode) {
   if (mode == ActivationMode::kExact) return Status::Ok();
+  const auto exact_prefill = [](LinearWeight& w) {
+    if (w.activations == ActivationMode::kBf16Prefill) w.activations = ActivationMode::kExact;
+    if (w.activations == ActivationMode::kInt8DecodeBf16Prefill || w.activations == ActivationMode::kInt8DecodeInt8Prefill)
+      w.activations = ActivationMode::kInt8Decode;
+  };
+  const auto exact_prefill_heads = [&] {
+    exact_prefill(weights.lm_head);
+    for (LayerWeights& l : weights.layers) exact_prefill(l.moe.gate);
+    for (MtpWeights& t : weights.mtp) exact_prefill(t.layer.moe.gate);
+  };
+  if (mode == ActivationMode::kAuto) {
+    const bool int8 = Int8GemmFor(WeightFormat::kQ4) != Int8GemmKernel::kNone;
+    ForEachLinear(weights, [&](LinearWeight& w) {
+      w.activations = int8 && w.format == WeightFormat::kQ4 ? ActivationMode::kInt8DecodeInt8Prefill
+                                                            : ActivationMode::kExact;
+    });
+    exact_prefill_heads();
+    return Status::Ok();
+  }
   const bool bf16 = mode == ActivationMode::kBf16Prefill || mode == ActivationMode::kInt8DecodeBf16Prefill;
   const bool int8_prefill = mode == ActivationMode::kInt8DecodeInt8Prefill;
   const bool int8 = mode != ActivationMode::kBf16Prefill;
@@ -55,14 +82,7 @@ Status SetActivations(ModelWeights& weights, ActivationMode mode) {
   if (int8 && quantized == 0)
     return Error("--activations {} needs q8 or q4 weights (m2 quantize); this checkpoint has none", flag);
   if (taken == 0) return Error("--activations bf16 needs bf16, FP8, q8 or q4 weights; this checkpoint has none");
-  const auto exact_prefill = [](LinearWeight& w) {
-    if (w.activations == ActivationMode::kBf16Prefill) w.activations = ActivationMode::kExact;
-    if (w.activations == ActivationMode::kInt8DecodeBf16Prefill || w.activations == ActivationMode::kInt8DecodeInt8Prefill)
-      w.activations = ActivationMode::kInt8Decode;
-  };
-  exact_prefill(weights.lm_head);
-  for (LayerWeights& l : weights.layers) exact_prefill(l.moe.gate);
-  for (MtpWeights& t : weights.mtp) exact_prefill(t.layer.moe.gate);
+  exact_prefill_heads();
   // Every weight left with int8 prefill needs a GEMM for its format on this CPU: q4 has
   // AVX-512 VNNI and AVX2 builds, q8 only the first (its unsigned operand, w + 128, would
   // saturate AVX2's vpmaddubsw).

@@ -82,6 +82,9 @@ struct LoadOptions {
   // kInt8DecodeBf16Prefill: both. An error on a CPU without AVX-512 BF16 or a model
   // without such weights (SetActivations in model.cpp). kInt8DecodeInt8Prefill: int8 for
   // q8 / q4 weights in prefill too, on the int8 GEMM; an error without AVX-512 VNNI.
+  // kAuto: int8 decode and prefill for q4 weights where the CPU runs the int8 kernels,
+  // exact for everything else (the CLI's default; model.cpp says why). The default here
+  // stays kExact: a program that embeds the model chooses.
   ActivationMode activations = ActivationMode::kExact;
   // Split the model over the ranks of `comm` (model/parallel.h; not owned, it must outlive
   // the model). Every rank loads the model with its own comm; rank 0 then uses it like any

@@ -12,6 +12,7 @@
 
 #include "../model/golden_util.h"
 #include "kernels/linear.h"
+#include "kernels/linear_int8.h"
 
 namespace m2::testing {
 namespace {
@@ -54,6 +55,21 @@ TEST(QuantizeCliTest, QuantizedModelComputesWithItsPackedValues) {
     EXPECT_EQ((*model)->weights().lm_head.format, WeightFormat::kQ8);
     EXPECT_EQ((*model)->weights().layers[0].moe.gate.format, WeightFormat::kBF16);  // never quantized
     EXPECT_EQ((*model)->weights().embed.format, WeightFormat::kBF16);
+    // The library's default stays exact; --activations auto (the CLI's default) gives q4
+    // weights int8 decode and prefill where this CPU runs the int8 kernels and leaves every
+    // other weight exact: q8 ones, the router, the q8 lm_head.
+    EXPECT_EQ((*model)->weights().layers[0].attn.q.activations, ActivationMode::kExact);
+    {
+      auto automatic = Model::Load(out.string(), {.progress = false, .activations = ActivationMode::kAuto});
+      ASSERT_TRUE(automatic.ok()) << automatic.status().message();
+      const ModelWeights& aw = (*automatic)->weights();
+      const bool int8 = type == "q4" && Int8GemmFor(WeightFormat::kQ4) != Int8GemmKernel::kNone;
+      const ActivationMode want_mode = int8 ? ActivationMode::kInt8DecodeInt8Prefill : ActivationMode::kExact;
+      EXPECT_EQ(aw.layers[0].attn.q.activations, want_mode) << type;
+      EXPECT_EQ(aw.layers[2].moe.experts[5].w2.activations, want_mode) << type;
+      EXPECT_EQ(aw.lm_head.activations, ActivationMode::kExact) << type;
+      EXPECT_EQ(aw.layers[0].moe.gate.activations, ActivationMode::kExact) << type;
+    }
 
     // The fp32 twin.
     const fs::path twin = fs::path(::testing::TempDir()) / ("m2_quant_twin_" + type);

@@ -502,6 +502,17 @@ TEST_F(RuntimeCli, Int8PrefillActivationsAgainstTheExactPath) {
   std::printf("KL: int8 prefill GEMM %.3g, int8 decode kernels everywhere %.3g\n", kl, kl_int8);
   auto gen = M2("generate -m " + q4 + " --activations int8+int8 -p \"def add(a, b):\" -n 8 --temperature 0");
   EXPECT_EQ(gen.code, 0) << gen.err;
+  // auto, generate's default, is int8+int8 on q4 weights here: the same tokens, the same KL;
+  // on the bf16 model it leaves everything exact (KL 0) instead of refusing.
+  auto dflt = M2("generate -m " + q4 + " -p \"def add(a, b):\" -n 8 --temperature 0");
+  EXPECT_EQ(dflt.code, 0) << dflt.err;
+  EXPECT_EQ(dflt.out, gen.out);
+  auto automatic = M2("perplexity -m " + q4 + " --activations auto --reference " + q4 + args);
+  ASSERT_EQ(automatic.code, 0) << automatic.err;
+  EXPECT_EQ(nlohmann::json::parse(automatic.out)["reference"]["mean_kl"].get<double>(), kl);
+  automatic = M2("perplexity -m models/m2-tiny --activations auto --reference models/m2-tiny" + args);
+  ASSERT_EQ(automatic.code, 0) << automatic.err;
+  EXPECT_EQ(nlohmann::json::parse(automatic.out)["reference"]["mean_kl"].get<double>(), 0.0);
   auto bad = M2("generate -m models/m2-tiny --activations int8+int8 -p hi -n 1");
   EXPECT_EQ(bad.code, 1);
   EXPECT_NE(bad.err.find("q8 or q4"), std::string::npos) << bad.err;

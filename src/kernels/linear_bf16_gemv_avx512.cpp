@@ -1,0 +1,208 @@
+// The bf16-activation decode kernels (linear_bf16.h, GemvRowsBf16Avx512): products of up
+// to 4 tokens with bf16 or FP8 weights, the activations rounded to bf16 and multiplied
+// with vdpbf16ps. Compiled with AVX-512 F/BW/VL and BF16; the FP8 kernel also needs
+// AVX-512 VBMI (a function-level target, so nothing else here can use it).
+//
+// Why: a decode step reads every weight once, and at 2 threads the memory delivers more
+// than the exact kernels can consume on some machines: the exact FP8 GEMV widens each
+// byte to fp32 (four 512-bit operations per 16 weights, about 20 GB/s per Zen 4 core,
+// against 28-30 GB/s that one core can read). Here a 64-byte line of FP8 weights is two
+// byte-table lookups (vpermi2b: the bf16 value's low and high bytes for the 7-bit
+// magnitude, exact for every code, subnormals included), one OR of the sign, two
+// unpacks into bf16 words and two vdpbf16ps: 8 operations per 64 weights instead of 16.
+// bf16 weights need no decoding at all: one vdpbf16ps per 32 weights, the line as it is.
+//
+// Exactness: the weights are exact (every e4m3 value is a bf16 value; the block scale
+// multiplies each block's fp32 partial sum, as in the exact kernels), the products are
+// exact in fp32, the sums fp32; what differs from the exact path is the activations,
+// rounded to bf16 (at most 2^-9 relative), as in the bf16 prefill GEMM.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/linear_bf16.h"
+
+namespace m2::avx512bf16gemv {
+namespace {
+
+// The bf16 bits of an e4m3 magnitude code m (0..127): value 2^(e-7) (1 + f/8) for
+// e = m >> 3 > 0, f x 2^-9 for e = 0; code 127 is NaN.
+constexpr uint16_t Fp8MagnitudeToBf16(int m) {
+  const int e = m >> 3, f = m & 7;
+  if (m == 0x7f) return 0x7fc0;
+  if (e > 0) return static_cast<uint16_t>(((e + 120) << 7) | (f << 4));
+  if (f == 0) return 0;
+  const int h = f >= 4 ? 2 : f >= 2 ? 1 : 0;  // f = 2^h (1 + (f - 2^h) / 2^h)
+  return static_cast<uint16_t>(((h + 118) << 7) | ((f - (1 << h)) << (7 - h)));
+}
+
+struct Fp8Tables {
+  alignas(64) uint8_t lo[128];
+  alignas(64) uint8_t hi[128];
+};
+constexpr Fp8Tables MakeFp8Tables() {
+  Fp8Tables t{};
+  for (int m = 0; m < 128; ++m) {
+    t.lo[m] = static_cast<uint8_t>(Fp8MagnitudeToBf16(m) & 0xff);
+    t.hi[m] = static_cast<uint8_t>(Fp8MagnitudeToBf16(m) >> 8);
+  }
+  return t;
+}
+constexpr Fp8Tables kFp8Tables = MakeFp8Tables();
+
+// Prefetch per row stream: into L1 1 KiB ahead; into L2 two passes ahead (a pass reads R
+// rows side by side, so a fixed distance shorter than R rows would land inside the pass
+// already being read). Chosen with `gemv_bench --bf16` on a Zen 4 VM (1 thread, FP8 1536 x
+// 3072 and 3072 x 1536): R = 4 with the far prefetch two passes ahead streamed 30-34 GB/s,
+// R = 8 with a fixed 16 KiB 18-19.
+constexpr int64_t kNear = 1024;
+constexpr int kFarPasses = 2;
+
+// FP8: T tokens (their bf16 activations in the FP8 order, see PackGemvBf16Avx512), R rows
+// at a time; each 64-column line of each row: two lookups, one OR, two unpacks, 2 x T
+// dot products. Block partial sums scaled once per block (block_cols a multiple of 64).
+template <int T, int R>
+__attribute__((target("avx512vbmi"))) void GemvFp8(const LinearWeight& w, const uint16_t* xb, float* y, int64_t r0,
+                                                   int64_t r1) {
+  const int64_t K = w.cols, bc = w.block_cols;
+  const __m512i lo0 = _mm512_load_si512(kFp8Tables.lo), lo1 = _mm512_load_si512(kFp8Tables.lo + 64);
+  const __m512i hi0 = _mm512_load_si512(kFp8Tables.hi), hi1 = _mm512_load_si512(kFp8Tables.hi + 64);
+  const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
+  const float* scales = static_cast<const float*>(w.scale);
+  const int64_t scale_cols = w.scale_cols();
+  int64_t r = r0;
+  for (; r + R <= r1; r += R) {
+    const uint8_t* row[R];
+    for (int i = 0; i < R; ++i) row[i] = static_cast<const uint8_t*>(w.data) + (r + i) * K;
+    const int64_t far = kFarPasses * R * K;
+    __m512 tot[R][T];
+    for (int i = 0; i < R; ++i)
+      for (int t = 0; t < T; ++t) tot[i][t] = _mm512_setzero_ps();
+    for (int64_t k0 = 0; k0 < K; k0 += bc) {
+      const int64_t end = std::min(K, k0 + bc);
+      __m512 acc[R][T];
+      for (int i = 0; i < R; ++i)
+        for (int t = 0; t < T; ++t) acc[i][t] = _mm512_setzero_ps();
+      for (int64_t k = k0; k < end; k += 64) {
+        __m512bh x0[T], x1[T];
+        for (int t = 0; t < T; ++t) {
+          x0[t] = (__m512bh)_mm512_loadu_si512(xb + t * K + k);
+          x1[t] = (__m512bh)_mm512_loadu_si512(xb + t * K + k + 32);
+        }
+        for (int i = 0; i < R; ++i) {
+          _mm_prefetch(reinterpret_cast<const char*>(row[i] + k) + kNear, _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(row[i] + k) + far, _MM_HINT_T1);
+          const __m512i b = _mm512_loadu_si512(row[i] + k);
+          const __m512i lo = _mm512_permutex2var_epi8(lo0, b, lo1);  // index bit 7 (the sign) ignored
+          const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi0, b, hi1), b, sign, 0xf8);
+          const __m512bh w0 = (__m512bh)_mm512_unpacklo_epi8(lo, hi), w1 = (__m512bh)_mm512_unpackhi_epi8(lo, hi);
+          for (int t = 0; t < T; ++t) acc[i][t] = _mm512_dpbf16_ps(_mm512_dpbf16_ps(acc[i][t], w0, x0[t]), w1, x1[t]);
+        }
+      }
+      for (int i = 0; i < R; ++i) {
+        const __m512 s = _mm512_set1_ps(scales[(r + i) / w.block_rows * scale_cols + k0 / bc]);
+        for (int t = 0; t < T; ++t) tot[i][t] = _mm512_fmadd_ps(acc[i][t], s, tot[i][t]);
+      }
+    }
+    for (int i = 0; i < R; ++i)
+      for (int t = 0; t < T; ++t) y[t * w.rows + r + i] = _mm512_reduce_add_ps(tot[i][t]);
+  }
+  if constexpr (R > 1) {
+    if (r < r1) GemvFp8<T, 1>(w, xb, y, r, r1);
+  }
+}
+
+// bf16: T tokens (bf16 activations in column order), R rows at a time, one vdpbf16ps per
+// token and 32 weights.
+template <int T, int R>
+void GemvBf16(const LinearWeight& w, const uint16_t* xb, float* y, int64_t r0, int64_t r1) {
+  const int64_t K = w.cols;
+  int64_t r = r0;
+  for (; r + R <= r1; r += R) {
+    const uint16_t* row[R];
+    for (int i = 0; i < R; ++i) row[i] = static_cast<const uint16_t*>(w.data) + (r + i) * K;
+    const int64_t far = kFarPasses * R * K * 2;
+    __m512 acc[R][T];
+    for (int i = 0; i < R; ++i)
+      for (int t = 0; t < T; ++t) acc[i][t] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k += 32) {
+      __m512bh xv[T];
+      for (int t = 0; t < T; ++t) xv[t] = (__m512bh)_mm512_loadu_si512(xb + t * K + k);
+      for (int i = 0; i < R; ++i) {
+        _mm_prefetch(reinterpret_cast<const char*>(row[i] + k) + kNear, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(row[i] + k) + far, _MM_HINT_T1);
+        const __m512bh wv = (__m512bh)_mm512_loadu_si512(row[i] + k);
+        for (int t = 0; t < T; ++t) acc[i][t] = _mm512_dpbf16_ps(acc[i][t], wv, xv[t]);
+      }
+    }
+    for (int i = 0; i < R; ++i)
+      for (int t = 0; t < T; ++t) y[t * w.rows + r + i] = _mm512_reduce_add_ps(acc[i][t]);
+  }
+  if constexpr (R > 1) {
+    if (r < r1) GemvBf16<T, 1>(w, xb, y, r, r1);
+  }
+}
+
+}  // namespace
+}  // namespace m2::avx512bf16gemv
+
+namespace m2 {
+
+bool GemvBf16Supports(const LinearWeight& w, bool vbmi) {
+  if (w.cols % 64 != 0) return false;
+  if (w.format == WeightFormat::kBF16) return true;
+  return w.format == WeightFormat::kFp8Block && vbmi && w.block_cols % 64 == 0;
+}
+
+void PackGemvBf16Avx512(const float* x, int64_t n, int64_t K, bool fp8_order, uint16_t* out) {
+  // Word j of the first vector of a 64-column group (j = 8L + i, L the 128-bit lane) is
+  // column 16L + i, of the second 16L + 8 + i: the order vpunpcklbw / vpunpckhbw give the
+  // FP8 weights' bytes.
+  alignas(64) static constexpr short kFirst[32] = {0,  1,  2,  3,  4,  5,  6,  7,  16, 17, 18, 19, 20, 21, 22, 23,
+                                                   32, 33, 34, 35, 36, 37, 38, 39, 48, 49, 50, 51, 52, 53, 54, 55};
+  alignas(64) static constexpr short kSecond[32] = {8,  9,  10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31,
+                                                    40, 41, 42, 43, 44, 45, 46, 47, 56, 57, 58, 59, 60, 61, 62, 63};
+  const __m512i first = _mm512_load_si512(kFirst), second = _mm512_load_si512(kSecond);
+  for (int64_t t = 0; t < n; ++t) {
+    const float* src = x + t * K;
+    uint16_t* dst = out + t * K;
+    for (int64_t k = 0; k < K; k += 64) {
+      // cvtne2ps_pbh(hi, lo): lo's 16 values, then hi's.
+      const __m512i a = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + k + 16), _mm512_loadu_ps(src + k));
+      const __m512i b = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + k + 48), _mm512_loadu_ps(src + k + 32));
+      if (fp8_order) {
+        _mm512_storeu_si512(dst + k, _mm512_permutex2var_epi16(a, first, b));
+        _mm512_storeu_si512(dst + k + 32, _mm512_permutex2var_epi16(a, second, b));
+      } else {
+        _mm512_storeu_si512(dst + k, a);
+        _mm512_storeu_si512(dst + k + 32, b);
+      }
+    }
+  }
+}
+
+bool GemvRowsBf16Avx512(const LinearWeight& w, const uint16_t* xb, int64_t n, float* y, int64_t r0, int64_t r1) {
+  using namespace avx512bf16gemv;
+  if (w.format == WeightFormat::kFp8Block) {
+    switch (n) {
+      case 1: GemvFp8<1, 4>(w, xb, y, r0, r1); return true;
+      case 2: GemvFp8<2, 4>(w, xb, y, r0, r1); return true;
+      case 3: GemvFp8<3, 2>(w, xb, y, r0, r1); return true;
+      case 4: GemvFp8<4, 2>(w, xb, y, r0, r1); return true;
+      default: return false;
+    }
+  }
+  if (w.format == WeightFormat::kBF16) {
+    switch (n) {
+      case 1: GemvBf16<1, 4>(w, xb, y, r0, r1); return true;
+      case 2: GemvBf16<2, 4>(w, xb, y, r0, r1); return true;
+      case 3: GemvBf16<3, 4>(w, xb, y, r0, r1); return true;
+      case 4: GemvBf16<4, 2>(w, xb, y, r0, r1); return true;
+      default: return false;
+    }
+  }
+  return false;
+}
+
+}  // namespace m2
