@@ -8,7 +8,9 @@
 //   build/bench/gemv_bench --int8 [MiB]    q8 / q4: fp32 against int8 activations (every int8
 //                                           kernel this CPU runs, taking turns), all threads
 //   build/bench/gemv_bench --gemm [MiB]    q8 / q4 prefill GEMMs: exact, bf16 and int8 activations
-//                                           (each where the CPU has it, taking turns), all threads
+//                                           (each where the CPU has it, taking turns), all threads;
+//                                           bf16 on the vector units and on the tile unit (AMX)
+//   build/bench/gemv_bench --gemm-fp8 [MiB]   the same for the FP8 weights only
 //   build/bench/gemv_bench --bf16 [MiB]    bf16 / FP8 decode: exact against bf16 activations,
 //                                           one thread and all threads
 //   build/bench/gemv_bench --read [MiB]    the read probe's patterns, one thread and all
@@ -241,11 +243,18 @@ int Int8Mode(int64_t total) {
 // shapes: exact (fp32 FMA), bf16 (vdpbf16ps, AVX-512 BF16) and int8 (vpdpbusd, AVX-512
 // VNNI) activations through Linear(), each where the CPU has it, taking turns within each
 // repetition; GFLOP/s (2 per multiply-add) next to the FMA peak measured here.
-int GemmMode(int64_t total) {
+int GemmMode(int64_t total, bool only_fp8) {
   m2::ThreadPool& pool = m2::ThreadPool::Global();
   const double peak = BurstPeak(pool, m2::FmaBurst);
-  std::vector<std::pair<const char*, m2::ActivationMode>> modes = {{"exact", m2::ActivationMode::kExact}};
-  if (m2::Bf16GemmAvailable()) modes.push_back({"bf16", m2::ActivationMode::kBf16Prefill});
+  struct Mode {
+    const char* first;
+    m2::ActivationMode second;
+    bool amx = false;
+  };
+  const bool amx = m2::AmxBf16Available();
+  std::vector<Mode> modes = {{"exact", m2::ActivationMode::kExact}};
+  if (m2::Bf16GemmAvailable()) modes.push_back({amx ? "bf16-vec" : "bf16", m2::ActivationMode::kBf16Prefill});
+  if (amx) modes.push_back({"bf16-amx", m2::ActivationMode::kBf16Prefill, true});
   const m2::Int8GemmKernel int8_q4 = m2::Int8GemmFor(m2::WeightFormat::kQ4);
   if (int8_q4 != m2::Int8GemmKernel::kNone) modes.push_back({"int8", m2::ActivationMode::kInt8DecodeInt8Prefill});
   std::printf("%d threads, %s kernels; fp32 FMA peak %.1f GFLOP/s", pool.size(), m2::IsaName(m2::ActiveIsa()),
@@ -261,6 +270,7 @@ int GemmMode(int64_t total) {
   std::printf("\n");
   for (auto f : {m2::WeightFormat::kFp8Block, m2::WeightFormat::kQ8, m2::WeightFormat::kQ4})
     for (auto [r, c] : {std::pair<int64_t, int64_t>{1536, 3072}, {3072, 1536}}) {
+      if (only_fp8 && f != m2::WeightFormat::kFp8Block) continue;
       Set s = Make(f, r, c, total);
       for (int64_t n : {16, 40, 64, 128, 512}) {
         std::vector<float> xs(static_cast<size_t>(n * c)), ys(static_cast<size_t>(n * r));
@@ -271,6 +281,7 @@ int GemmMode(int64_t total) {
             if (modes[v].second == m2::ActivationMode::kInt8DecodeInt8Prefill &&
                 m2::Int8GemmFor(f) == m2::Int8GemmKernel::kNone)
               continue;  // q8 without AVX-512 VNNI: no int8 GEMM (printed as 0)
+            if (amx) m2::SetAmxBf16ForTesting(modes[v].amx);
             const auto t0 = Clock::now();
             int calls = 0;
             do {
@@ -556,7 +567,9 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--bf16") == 0) return Bf16Mode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
   if (argc > 1 && std::strcmp(argv[1], "--read") == 0) return ReadMode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
   if (argc > 1 && std::strcmp(argv[1], "--batch") == 0) return BatchMode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
-  if (argc > 1 && std::strcmp(argv[1], "--gemm") == 0) return GemmMode((argc > 2 ? std::atoll(argv[2]) : 512) << 20);
+  if (argc > 1 && std::strcmp(argv[1], "--gemm") == 0) return GemmMode((argc > 2 ? std::atoll(argv[2]) : 512) << 20, false);
+  if (argc > 1 && std::strcmp(argv[1], "--gemm-fp8") == 0)
+    return GemmMode((argc > 2 ? std::atoll(argv[2]) : 512) << 20, true);
   if (argc > 1 && std::strcmp(argv[1], "--int8") == 0) return Int8Mode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
   const int64_t mib = argc > 1 ? std::atoll(argv[1]) : 512;
   const int64_t total = mib << 20;

@@ -20,6 +20,14 @@ bool OsSavesAvx512State() {
   return (lo & 0xe6) == 0xe6;  // SSE, AVX and the three AVX-512 state components
 }
 
+bool OsSavesTileState() {
+  uint32_t a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE)) return false;
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (lo & 0x60000) == 0x60000;  // XTILECFG and XTILEDATA
+}
+
 bool OsSavesAvxState() {
   uint32_t a, b, c, d;
   if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE)) return false;
@@ -31,6 +39,13 @@ bool OsSavesAvxState() {
 CpuFeatures Detect() {
   CpuFeatures f;
   uint32_t a, b, c, d;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return f;
+  char vendor[13] = {};
+  std::memcpy(vendor, &b, 4);
+  std::memcpy(vendor + 4, &d, 4);
+  std::memcpy(vendor + 8, &c, 4);
+  f.intel = std::strcmp(vendor, "GenuineIntel") == 0;
+  f.slow_subnormals = f.intel;
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
   const bool avx_os = OsSavesAvxState();
   f.fma = avx_os && (c & bit_FMA);
@@ -43,6 +58,7 @@ CpuFeatures Detect() {
   f.avx512vl = z && (b & bit_AVX512VL);
   f.avx512_vnni = z && (c & bit_AVX512VNNI);
   f.avx512_vbmi = z && (c & bit_AVX512VBMI);
+  f.amx_bf16 = z && OsSavesTileState() && (d & (1u << 24)) && (d & (1u << 22));  // AMX-TILE, AMX-BF16
   if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) {
     f.avx512_bf16 = z && (a & bit_AVX512BF16);
     f.avx_vnni = avx_os && (a & (1u << 4));  // CPUID.(EAX=7,ECX=1):EAX[4]
@@ -67,6 +83,7 @@ std::string CpuFeatures::Describe() const {
   add(avx512_vnni, "avx512_vnni");
   add(avx512_vbmi, "avx512_vbmi");
   add(avx_vnni, "avx_vnni");
+  add(amx_bf16, "amx_bf16");
   return s.empty() ? "none" : s;
 }
 
@@ -97,7 +114,17 @@ Result<KernelIsa> ResolveKernelIsa(const char* m2_kernels, const CpuFeatures& cp
 
 Status CheckKernelsEnv() {
   auto isa = ResolveKernelIsa(std::getenv("M2_KERNELS"), Cpu());
-  return isa.ok() ? Status() : isa.status();
+  if (!isa.ok()) return isa.status();
+  auto amx = ResolveAmx(std::getenv("M2_AMX"));
+  return amx.ok() ? Status() : amx.status();
+}
+
+Result<bool> ResolveAmx(const char* m2_amx) {
+  if (m2_amx == nullptr || *m2_amx == '\0' || std::strcmp(m2_amx, "1") == 0) return true;
+  if (std::strcmp(m2_amx, "0") == 0) return false;
+  return Error("M2_AMX: expected 0 (never use the tile unit) or 1 (use it where the CPU has it; the same as unset), "
+               "found '{}'",
+               m2_amx);
 }
 
 KernelIsa ActiveIsa() {

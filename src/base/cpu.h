@@ -12,6 +12,14 @@ struct CpuFeatures {
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512_bf16 = false, avx512_vnni = false;
   bool avx512_vbmi = false;
   bool avx_vnni = false;  // the VEX-encoded vpdpbusd (needs only AVX state)
+  // The tile unit (AMX-TILE with AMX-BF16), its state enabled by the OS in XCR0. Linux also
+  // wants each process to ask for it (RequestAmxPermission in kernels/linear_bf16.h).
+  bool amx_bf16 = false;
+  // Intel cores take a microcode assist (about 100 cycles) for a multiply whose input or
+  // result is an fp32 subnormal; AMD's do not. Kernels that would make subnormals on the way
+  // to exact products (the exact FP8 GEMV's integer decode) take another route here.
+  bool slow_subnormals = false;
+  bool intel = false;  // the vendor (CPUID leaf 0): GenuineIntel
 
   bool has_avx512() const { return avx512f && avx512bw && avx512vl && fma && f16c; }
   bool has_avx2() const { return avx2 && fma && f16c; }
@@ -32,6 +40,9 @@ Result<KernelIsa> ResolveKernelIsa(const char* m2_kernels, const CpuFeatures& cp
 // nobody did.
 Status CheckKernelsEnv();
 KernelIsa ActiveIsa();
+// M2_AMX: unset, empty or 1: the bf16 prefill GEMM uses the tile unit where the CPU has
+// one (AMX-BF16); 0: never (the AVX-512 BF16 kernels). Another value is an error.
+Result<bool> ResolveAmx(const char* m2_amx);
 const char* IsaName(KernelIsa isa);
 
 }  // namespace m2

@@ -29,6 +29,10 @@ double MeasureBandwidth(ThreadPool& pool) {
 
 double MeasurePeakFlops(ThreadPool& pool) { return MeasurePeak(pool, FmaBurst); }
 double MeasurePeakBf16Flops(ThreadPool& pool) { return MeasurePeak(pool, Bf16DotBurstAvx512); }
+double MeasurePeakAmxFlops(ThreadPool& pool) {
+  // A sixteenth of the rounds: each is four 16-cycle tile products, not twelve vector ones.
+  return MeasurePeak(pool, [](int64_t iters) { return AmxBf16Burst(iters / 16); });
+}
 double MeasurePeakInt8Ops(ThreadPool& pool, bool vnni) {
   return MeasurePeak(pool, vnni ? Int8DotBurstAvx512Vnni : Int8DotBurstAvx2);
 }

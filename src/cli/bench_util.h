@@ -20,6 +20,8 @@ double MeasureBandwidth(ThreadPool& pool);
 double MeasurePeakFlops(ThreadPool& pool);
 // The same with vdpbf16ps (the bf16 prefill's ceiling); only on CPUs with AVX-512 BF16.
 double MeasurePeakBf16Flops(ThreadPool& pool);
+// TDPBF16PS on the tile unit (AMX): the ceiling of the bf16 prefill GEMM where it runs there.
+double MeasurePeakAmxFlops(ThreadPool& pool);
 // The same with the int8 prefill GEMM's instructions (its ceiling, in int8 operations):
 // vpdpbusd (vnni, AVX-512 VNNI only) or vpmaddubsw + vpaddw (AVX2).
 double MeasurePeakInt8Ops(ThreadPool& pool, bool vnni);

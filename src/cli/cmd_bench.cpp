@@ -45,14 +45,20 @@ namespace m2::cli {
 
 namespace {
 
-// Whether any weight prefills on the int8 GEMM (what --activations auto gave the model).
-bool AnyInt8Prefill(const ModelWeights& weights) {
-  bool any = false;
+// Which prefill GEMM the model's weights take (what --activations, auto included, gave
+// them): the int8 one if any weight takes it, else the bf16 one on the tile unit if any
+// weight takes that, else the vector bf16 one, else fp32.
+enum class PrefillGemm { kFp32, kBf16, kBf16Amx, kInt8 };
+PrefillGemm PrefillGemmOf(const ModelWeights& weights) {
+  bool int8 = false, amx = false, bf16 = false;
   // ForEachLinear takes a mutable model; this only reads.
   ForEachLinear(const_cast<ModelWeights&>(weights), [&](LinearWeight& w) {
-    any = any || w.activations == ActivationMode::kInt8DecodeInt8Prefill;
+    int8 = int8 || w.activations == ActivationMode::kInt8DecodeInt8Prefill;
+    const bool b = UsesBf16Gemm(w, kMaxGemvTokens + 1);
+    bf16 = bf16 || b;
+    amx = amx || (b && AmxBf16Available() && GemmAmxSupports(w));
   });
-  return any;
+  return int8 ? PrefillGemm::kInt8 : amx ? PrefillGemm::kBf16Amx : bf16 ? PrefillGemm::kBf16 : PrefillGemm::kFp32;
 }
 
 // --parallel: what each rank spent on the decode steps between two GatherRankStats (one
@@ -334,34 +340,28 @@ int Run(const BenchOptions& o) {
   // part of the time, a ceiling taken during a slow spell would flatter the ratios.
   const double bandwidth_before = MeasureBandwidth(pool);
   const double peak_before = MeasurePeakFlops(pool);
-  // With bf16 prefill (--activations bf16 / int8+bf16) its GEMMs run at the vdpbf16ps rate,
-  // twice the FMA's, with int8 prefill (int8+int8) at the vpdpbusd rate, four times: the
-  // prefill rows are then divided by that ceiling. (Without the instructions the model load
-  // below refuses the mode; the burst would not run here.)
   const ActivationMode mode = ActivationsOf(o.activations);
-  const bool bf16 = (mode == ActivationMode::kBf16Prefill || mode == ActivationMode::kInt8DecodeBf16Prefill) &&
-                    Bf16GemmAvailable();
-  // The int8 GEMM q4 weights get (q8 has only the VNNI one): its instruction's ceiling.
-  // With auto, whether any weight takes it is known once the model is loaded (below).
-  const Int8GemmKernel int8_kernel =
-      mode == ActivationMode::kInt8DecodeInt8Prefill || mode == ActivationMode::kAuto ? Int8GemmFor(WeightFormat::kQ4)
-                                                                                     : Int8GemmKernel::kNone;
-  bool int8_gemm = int8_kernel != Int8GemmKernel::kNone;
-  const bool vnni = int8_kernel == Int8GemmKernel::kAvx512Vnni;
-  bool dot = bf16 || int8_gemm;  // a dot-product ceiling for the prefill rows
-  const auto measure_dot = [&] {
-    return bf16 ? MeasurePeakBf16Flops(pool) : int8_gemm ? MeasurePeakInt8Ops(pool, vnni) : 0.0;
-  };
-  const double peak_dot_before = measure_dot();
   { std::ofstream("/proc/self/clear_refs") << "5"; }  // restart the peak-RSS count
 
   auto model = LoadModel(o.model, {.pool = &pool, .activations = mode}, *par);
   if (!model.ok()) return Fail(model.status());
   Model& m = **model;
   const ModelConfig& c = m.config();
-  if (mode == ActivationMode::kAuto && int8_gemm && !AnyInt8Prefill(m.weights())) {
-    int8_gemm = dot = false;  // no q4 weights: auto left everything exact
-  }
+  // The prefill rows are divided by the ceiling of the GEMM the model's weights took (what
+  // --activations, auto included, gave them): with bf16 prefill the vdpbf16ps rate (twice
+  // the FMA's on AMD, level with it on Intel) or, where the tile unit runs it, TDPBF16PS's;
+  // with int8 prefill (int8+int8) the vpdpbusd rate, four times the FMA's.
+  const PrefillGemm gemm = PrefillGemmOf(m.weights());
+  const bool int8_gemm = gemm == PrefillGemm::kInt8;
+  const bool amx = gemm == PrefillGemm::kBf16Amx;
+  const bool bf16 = amx || gemm == PrefillGemm::kBf16;
+  const bool vnni = Int8GemmFor(WeightFormat::kQ4) == Int8GemmKernel::kAvx512Vnni;
+  const bool dot = gemm != PrefillGemm::kFp32;  // a dot-product ceiling for the prefill rows
+  const auto measure_dot = [&] {
+    return amx ? MeasurePeakAmxFlops(pool)
+               : bf16 ? MeasurePeakBf16Flops(pool) : int8_gemm ? MeasurePeakInt8Ops(pool, vnni) : 0.0;
+  };
+  const double peak_dot_before = measure_dot();
   Prefault(m);
   const Costs costs = CountCosts(m);
   std::mt19937 rng(7);
@@ -620,6 +620,7 @@ int Run(const BenchOptions& o) {
     j["ceilings_measured"]["after"][key] = peak_dot_after;
   }
   if (m.ranks() > 1) j["ranks"] = rank_rows;
+  j["prefill_gemm"] = amx ? "bf16 (tile unit)" : bf16 ? "bf16" : int8_gemm ? "int8" : "fp32";
   j["failed"] = any_failed;
   if (o.json) {
     std::printf("%s\n", j.dump(2).c_str());
@@ -633,7 +634,7 @@ int Run(const BenchOptions& o) {
   if (dot)
     std::printf("  %s peak (%s) %.1f %s (before %.1f, after %.1f): the prefill rows' \"of peak\"\n",
                 bf16 ? "bf16 dot-product" : "int8 dot-product",
-                bf16 ? "vdpbf16ps" : vnni ? "vpdpbusd" : "vpmaddubsw + vpaddw", peak_dot / 1e9,
+                amx ? "TDPBF16PS, the tile unit" : bf16 ? "vdpbf16ps" : vnni ? "vpdpbusd" : "vpmaddubsw + vpaddw", peak_dot / 1e9,
                 bf16 ? "GFLOP/s" : "Gop/s", peak_dot_before / 1e9, peak_dot_after / 1e9);
   const auto mean_sd = [](const nlohmann::json& st) {
     return fmt::format("{:.2f} +- {:.2f}", st["mean"].get<double>(), st["stddev"].get<double>());

@@ -13,13 +13,14 @@ void AddActivationsFlag(CLI::App* cmd, std::string& value, const std::string& na
   cmd->add_option(name, value,
                   "How weights meet their activations: auto (the default of generate, chat, serve and bench: "
                   "int8+int8 for q4 weights where the CPU runs the int8 kernels, as llama.cpp does for 4-bit "
-                  "weights, exact for every other weight); exact (fp32 activations everywhere; the default of "
+                  "weights; bf16 prefill for FP8 and bf16 weights where that beats fp32 (AMX, or AVX-512 BF16 on "
+                  "AMD); exact for every other weight and every other decode step); exact (fp32 activations everywhere; the default of "
                   "perplexity and logits); int8 (q8 / q4 weights: "
                   "activations quantized per 32 values, integer dot products: faster decoding, not exact; it "
                   "applies to decode steps, prompts of more than 8 tokens are prefilled exactly, except by m2 "
                   "perplexity, which uses int8 for every token so that its KL covers them all); bf16 (bf16, FP8, q8 "
                   "and q4 weights on CPUs with AVX-512 BF16: prompts prefilled with activations rounded to bf16 and "
-                  "vdpbf16ps, twice the multiply rate; decode steps exact); int8+bf16 (both: int8 decode steps and "
+                  "vdpbf16ps, or on the tile unit (AMX) for bf16 and FP8 weights; decode steps exact); int8+bf16 (both: int8 decode steps and "
                   "bf16 prefill for q8 / q4 weights, bf16 prefill for the others); int8+int8 (q4 weights on AVX2 or "
                   "AVX-512 CPUs, q8 weights on CPUs with AVX-512 VNNI: int8 in decode steps and in prefill, there on "
                   "an integer GEMM, 1.5-2x the fp32 one; other weights exact). The README gives what each costs")

@@ -216,8 +216,10 @@ void LinearExactOn(const LinearWeight& w, const float* x, int64_t n, float* y, T
     constexpr int64_t kChunk = 128;
     thread_local std::vector<float> xt;
     thread_local std::vector<uint32_t> xp;
-    // The bf16 GEMM pads tokens to 8 only (it has a 256-bit tail kernel: linear_bf16.h).
-    const int64_t pad = bf16 ? kBf16TokenPad : vw;
+    // The bf16 GEMM pads tokens to 8 only (it has a 256-bit tail kernel: linear_bf16.h);
+    // on the tile unit to 16 (a tile's tokens).
+    const bool amx = bf16 && AmxBf16Available() && GemmAmxSupports(w);
+    const int64_t pad = amx ? kAmxTokenPad : bf16 ? kBf16TokenPad : vw;
     for (int64_t t0 = 0; t0 < n; t0 += kChunk) {
       const int64_t nt = std::min(kChunk, n - t0), ntp = (nt + pad - 1) / pad * pad;
       if (xt.size() < static_cast<size_t>(w.cols * ntp)) xt.resize(static_cast<size_t>(w.cols * ntp));
@@ -230,11 +232,13 @@ void LinearExactOn(const LinearWeight& w, const float* x, int64_t n, float* y, T
       const float* xtp = xt.data();  // a thread_local named in the lambda would be the worker's own
       const uint32_t* xpp = xp.data();
       const auto body = [&, xtp, xpp](int64_t r0, int64_t r1, int) {
-        if (bf16) GemmRowsBf16Avx512(w, xpp, ntp, nt, yc, r0, r1);
+        if (amx) M2_CHECK(GemmRowsBf16Amx(w, xpp, ntp, nt, yc, r0, r1), "AMX GEMM refused a {}x{} {} weight", w.rows, w.cols, WeightFormatName(w.format));
+        else if (bf16) GemmRowsBf16Avx512(w, xpp, ntp, nt, yc, r0, r1);
         else if (isa == KernelIsa::kAvx512) GemmRowsTransposedAvx512(w, xtp, ntp, nt, yc, r0, r1);
         else GemmRowsTransposedAvx2(w, xtp, ntp, nt, yc, r0, r1);
       };
-      if (parallel) pool->ParallelFor(w.rows, 24, body);  // 24: whole panels of 12 rows
+      // Whole panels: 12 rows for the vector GEMMs, 32 for the tile unit's.
+      if (parallel) pool->ParallelFor(w.rows, amx ? 32 : 24, body);
       else body(0, w.rows, 0);
     }
     return;
@@ -266,6 +270,8 @@ void LinearOn(const LinearWeight& w, const float* x, int64_t n, float* y, Thread
   LinearExactOn(w, x, n, y, pool_or_null);
 }
 }  // namespace
+
+bool SubnormalsAreSlow() { return Cpu().slow_subnormals; }
 
 void Linear(const LinearWeight& w, const float* x, int64_t n, float* y) { LinearOn(w, x, n, y, &ThreadPool::Global()); }
 

@@ -46,6 +46,10 @@ enum class ActivationMode : uint8_t {
   kAuto
 };
 
+// Whether fp32 subnormal operands cost a microcode assist on this CPU (CpuFeatures::
+// slow_subnormals); the ISA-specific kernels ask here rather than include base/cpu.h.
+bool SubnormalsAreSlow();
+
 // Columns per scale in kQ8 / kQ4.
 inline constexpr int64_t kQuantGroup = 32;
 

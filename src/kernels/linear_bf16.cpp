@@ -1,13 +1,43 @@
 // Portable part of the bf16-activation prefill path (linear_bf16.h).
 #include "kernels/linear_bf16.h"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 
+#include "base/check.h"
 #include "base/cpu.h"
 
 namespace m2 {
 
 bool Bf16GemmAvailable() { return ActiveIsa() == KernelIsa::kAvx512 && Cpu().avx512_bf16; }
+
+bool RequestAmxPermission() {
+  // Linux keeps the tile data state off until a process asks for it (arch_prctl
+  // ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA); the permission then holds for all its threads.
+  constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+namespace {
+std::atomic<bool> amx_on{true};
+}  // namespace
+
+void SetAmxBf16ForTesting(bool on) { amx_on.store(on, std::memory_order_relaxed); }
+
+bool AmxBf16Available() {
+  static const bool ok = [] {
+    auto allowed = ResolveAmx(std::getenv("M2_AMX"));
+    M2_CHECK(allowed.ok(), "{}", allowed.status().message());
+    return *allowed && Bf16GemmAvailable() && Cpu().amx_bf16 && Cpu().avx512_vbmi && RequestAmxPermission();
+  }();
+  return ok && amx_on.load(std::memory_order_relaxed);
+}
+
+bool Bf16PrefillBeatsFp32() { return AmxBf16Available() || (Bf16GemmAvailable() && !Cpu().intel); }
 
 bool UsesBf16Gemm(const LinearWeight& w, int64_t n) {
   if (w.activations != ActivationMode::kBf16Prefill && w.activations != ActivationMode::kInt8DecodeBf16Prefill)

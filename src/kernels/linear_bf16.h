@@ -24,6 +24,12 @@ namespace m2 {
 // Whether this CPU and the active kernel family can run the bf16 path: AVX-512 BF16 and
 // M2_KERNELS unset or avx512.
 bool Bf16GemmAvailable();
+// Whether the bf16 prefill GEMM of bf16 and FP8 weights beats the fp32 one on this CPU,
+// so that --activations auto takes it: on the tile unit (AMX; Sapphire Rapids VM, M2 slice
+// prefill 512: 126 -> 350 tokens/s), and with vdpbf16ps on AMD (Zen 4 / Zen 5, where it does
+// twice the FMA's multiply-adds: 1.5-1.9x); not on Intel's vector units alone, where it
+// runs at the FMA's rate (the same VM with M2_AMX=0: 100 against 126 tokens/s).
+bool Bf16PrefillBeatsFp32();
 // Whether Linear() takes the bf16 path for this weight and token count.
 bool UsesBf16Gemm(const LinearWeight& w, int64_t n);
 
@@ -47,6 +53,30 @@ void PackTokensBf16Avx512(const float* xt, int64_t ntp, int64_t K, uint32_t* out
 // format.
 bool GemmRowsBf16Avx512(const LinearWeight& w, const uint32_t* xt, int64_t ntp, int64_t n, float* y, int64_t r0,
                         int64_t r1);
+
+// ---- The same GEMM on the tile unit (linear_bf16_amx.cpp) ----------------------------
+// Where the CPU has AMX-BF16 (Intel Sapphire Rapids and later) and M2_AMX is not 0, the
+// bf16 prefill of bf16 and FP8 weights multiplies 16 x 32 tiles (TDPBF16PS), the same
+// products as GemmRowsBf16Avx512 (weights exact, x rounded to bf16, fp32 sums, FP8 block
+// sums scaled in fp32) in another order of summation.
+
+// Asks Linux for the tile data state (once per process; false where it refuses).
+bool RequestAmxPermission();
+// Whether Linear() runs the bf16 GEMM on the tile unit: Bf16GemmAvailable(), AMX-BF16,
+// AVX-512 VBMI, M2_AMX not 0 and the permission granted. Decided once.
+bool AmxBf16Available();
+// Turns the tile unit off (false) or back on where available: tests and gemv_bench compare
+// the two GEMMs in one process with it.
+void SetAmxBf16ForTesting(bool on);
+// Whether the AMX kernel takes this weight: bf16 with cols a multiple of 32; FP8 with cols
+// and block_cols multiples of 64, block_rows of 16.
+bool GemmAmxSupports(const LinearWeight& w);
+// Tokens of the AMX GEMM are padded to a multiple of this (a B tile's 16 tokens).
+inline constexpr int64_t kAmxTokenPad = 16;
+// As GemmRowsBf16Avx512 (the same packed tokens, ntp a multiple of kAmxTokenPad), on the
+// tile unit; rows past the last whole 16 go to GemmRowsBf16Avx512. Needs AmxBf16Available().
+bool GemmRowsBf16Amx(const LinearWeight& w, const uint32_t* xt, int64_t ntp, int64_t n, float* y, int64_t r0,
+                     int64_t r1);
 
 // ---- Decode with bf16 activations (linear_bf16_gemv_avx512.cpp) ----------------------
 // Products of up to 4 tokens with bf16 or FP8 weights, x rounded to bf16 (as above) and

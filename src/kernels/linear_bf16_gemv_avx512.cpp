@@ -21,35 +21,13 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/fp8_bf16_tables.h"
 #include "kernels/linear_bf16.h"
 
 namespace m2::avx512bf16gemv {
 namespace {
 
-// The bf16 bits of an e4m3 magnitude code m (0..127): value 2^(e-7) (1 + f/8) for
-// e = m >> 3 > 0, f x 2^-9 for e = 0; code 127 is NaN.
-constexpr uint16_t Fp8MagnitudeToBf16(int m) {
-  const int e = m >> 3, f = m & 7;
-  if (m == 0x7f) return 0x7fc0;
-  if (e > 0) return static_cast<uint16_t>(((e + 120) << 7) | (f << 4));
-  if (f == 0) return 0;
-  const int h = f >= 4 ? 2 : f >= 2 ? 1 : 0;  // f = 2^h (1 + (f - 2^h) / 2^h)
-  return static_cast<uint16_t>(((h + 118) << 7) | ((f - (1 << h)) << (7 - h)));
-}
-
-struct Fp8Tables {
-  alignas(64) uint8_t lo[128];
-  alignas(64) uint8_t hi[128];
-};
-constexpr Fp8Tables MakeFp8Tables() {
-  Fp8Tables t{};
-  for (int m = 0; m < 128; ++m) {
-    t.lo[m] = static_cast<uint8_t>(Fp8MagnitudeToBf16(m) & 0xff);
-    t.hi[m] = static_cast<uint8_t>(Fp8MagnitudeToBf16(m) >> 8);
-  }
-  return t;
-}
-constexpr Fp8Tables kFp8Tables = MakeFp8Tables();
+constexpr const Fp8Bf16Tables& kFp8Tables = kFp8Bf16Tables;
 
 // Prefetch per row stream: into L1 1 KiB ahead; into L2 two passes ahead (a pass reads R
 // rows side by side, so a fixed distance shorter than R rows would land inside the pass

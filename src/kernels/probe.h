@@ -38,6 +38,9 @@ double FmaBurstAvx512(int64_t iters);
 // As FmaBurst with vdpbf16ps (32 multiply-adds per instruction): the ceiling of the bf16
 // prefill GEMM (linear_bf16.h). Needs AVX-512 BF16 (in linear_bf16_avx512.cpp).
 double Bf16DotBurstAvx512(int64_t iters);
+// The same on the tile unit: TDPBF16PS (8192 multiply-adds per instruction), four
+// independent 16 x 16 accumulators. Needs AmxBf16Available() (in linear_bf16_amx.cpp).
+double AmxBf16Burst(int64_t iters);
 // As FmaBurst with vpdpbusd (64 int8 multiply-adds per instruction): the ceiling of the
 // int8 prefill GEMM (linear_int8.h), in operations per second. Needs AVX-512 VNNI (in
 // linear_int8_gemm_avx512.cpp).

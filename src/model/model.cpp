@@ -38,7 +38,10 @@ namespace {
 // activations by default too; what it costs is small next to the 4-bit weights' own cost
 // (README, "int8 activations": a tenth to a fiftieth of it), and on an AVX2 machine it is
 // the difference between 0.55x and 1.1x llama.cpp's Q4_0 decode. q8 stays exact (there the
-// activations would be most of a small cost), FP8 and bf16 have no int8 path.
+// activations would be most of a small cost), FP8 and bf16 have no int8 path. FP8 and bf16
+// weights get bf16 prefill (activations rounded to bf16, 2^-9 at most; weights exact) where
+// that GEMM beats the fp32 one (Bf16PrefillBeatsFp32: the tile unit, or AMD's vdpbf16ps),
+// for the same reason; their decode steps stay exact.
 Status SetActivations(ModelWeights& weights, ActivationMode mode) {
   if (mode == ActivationMode::kExact) return Status::Ok();
   const auto exact_prefill = [](LinearWeight& w) {
@@ -53,8 +56,11 @@ Status SetActivations(ModelWeights& weights, ActivationMode mode) {
   };
   if (mode == ActivationMode::kAuto) {
     const bool int8 = Int8GemmFor(WeightFormat::kQ4) != Int8GemmKernel::kNone;
+    const bool bf16 = Bf16PrefillBeatsFp32();
     ForEachLinear(weights, [&](LinearWeight& w) {
+      const bool b = w.format == WeightFormat::kBF16 || w.format == WeightFormat::kFp8Block;
       w.activations = int8 && w.format == WeightFormat::kQ4 ? ActivationMode::kInt8DecodeInt8Prefill
+                      : bf16 && b                           ? ActivationMode::kBf16Prefill
                                                             : ActivationMode::kExact;
     });
     exact_prefill_heads();

@@ -43,6 +43,23 @@ TEST(KernelsEnv, UnknownValueIsAnErrorNamingTheChoices) {
   }
 }
 
+// M2_AMX: unset, empty or 1 allow the tile unit, 0 forbids it, anything else is an error
+// that names the variable, the choices and the value.
+TEST(KernelsEnv, AmxSwitch) {
+  EXPECT_TRUE(*ResolveAmx(nullptr));
+  EXPECT_TRUE(*ResolveAmx(""));
+  EXPECT_TRUE(*ResolveAmx("1"));
+  EXPECT_FALSE(*ResolveAmx("0"));
+  for (const char* bad : {"2", "on", "off", "true", " 1"}) {
+    auto r = ResolveAmx(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    const std::string& m = r.status().message();
+    EXPECT_NE(m.find("M2_AMX"), std::string::npos) << m;
+    EXPECT_NE(m.find("expected 0"), std::string::npos) << m;
+    EXPECT_NE(m.find(std::string("'") + bad + "'"), std::string::npos) << m;
+  }
+}
+
 TEST(KernelsEnv, AFamilyTheCpuLacksIsAnError) {
   auto r = ResolveKernelIsa("avx512", Avx2Only());
   ASSERT_FALSE(r.ok());

@@ -645,7 +645,12 @@ TEST(Bf16ActivationsTest, PrefillIsTheProductWithBf16RoundedActivations) {
                                          {WeightFormat::kFp8Block, 200, 328},
                                          {WeightFormat::kFp8Block, 13, 264},
                                          {WeightFormat::kQ8, 29, 352},
-                                         {WeightFormat::kQ4, 40, 544}}) {
+                                         {WeightFormat::kQ4, 40, 544},
+                                         // shapes the AMX GEMM takes, where the CPU has it:
+                                         // 32- and 16-row panels, a 7-row rest, a partial
+                                         // FP8 block of 64 columns, 16- and 32-token tiles
+                                         {WeightFormat::kBF16, 55, 256},
+                                         {WeightFormat::kFp8Block, 183, 320}}) {
     Weight m = Make(c, rng);
     for (int64_t n : {int64_t{1}, kMaxGemvTokens, int64_t{9}, int64_t{16}, int64_t{24}, int64_t{33}, int64_t{44}, int64_t{67},
                       int64_t{150}}) {
@@ -703,6 +708,47 @@ TEST(Bf16ActivationsTest, Fp8PanelsDecodeEveryCodeExactly) {
     for (int64_t r = 0; r < rows; ++r)
       ASSERT_EQ(y[static_cast<size_t>(t * rows + r)], m.exact[static_cast<size_t>(r * cols + t)])
           << "code 0x" << std::hex << int(m.data[static_cast<size_t>(r * cols + t)]) << std::dec << " r=" << r << " t=" << t;
+}
+
+// The tile unit's GEMM (AMX, linear_bf16_amx.cpp) and the vector one (AVX-512 BF16) take
+// the same products in different orders: their results agree to fp32 summation, for
+// every panel shape (32, 16 and fewer rows), token tile (16, 32, chunks of 128) and FP8
+// scale block (full and partial); and Linear() really took the tile unit (it differs from
+// the vector GEMM somewhere).
+TEST(Bf16ActivationsTest, AmxAgreesWithTheVectorGemm) {
+  if (!AmxBf16Available()) GTEST_SKIP() << "no AMX-BF16 here (or M2_AMX=0): " << Cpu().Describe();
+  std::mt19937 rng(41);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const Case& c : std::vector<Case>{{WeightFormat::kBF16, 96, 512},
+                                         {WeightFormat::kBF16, 61, 96},
+                                         {WeightFormat::kFp8Block, 256, 448},
+                                         {WeightFormat::kFp8Block, 40, 128}}) {
+    Weight m = Make(c, rng);
+    ASSERT_TRUE(GemmAmxSupports(m.w));
+    m.w.activations = ActivationMode::kBf16Prefill;
+    bool differs = false;
+    for (int64_t n : {int64_t{9}, int64_t{16}, int64_t{31}, int64_t{48}, int64_t{130}}) {
+      std::vector<float> x(static_cast<size_t>(n * c.cols));
+      for (auto& v : x) v = nd(rng);
+      std::vector<float> vec(static_cast<size_t>(n * c.rows)), amx(vec.size());
+      SetAmxBf16ForTesting(false);
+      Linear(m.w, x.data(), n, vec.data());
+      SetAmxBf16ForTesting(true);
+      Linear(m.w, x.data(), n, amx.data());
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t r = 0; r < c.rows; ++r) {
+          double mag = 0;
+          for (int64_t j = 0; j < c.cols; ++j)
+            mag += std::fabs(static_cast<double>(m.exact[r * c.cols + j]) * Bf16Value(RoundToBf16(x[t * c.cols + j])));
+          const size_t i = static_cast<size_t>(t * c.rows + r);
+          differs = differs || amx[i] != vec[i];
+          ASSERT_NEAR(amx[i], vec[i], mag * c.cols * 1.2e-7 + 1e-6)
+              << WeightFormatName(c.format) << " " << c.rows << "x" << c.cols << " n=" << n << " t=" << t << " r=" << r;
+        }
+    }
+    EXPECT_TRUE(differs) << WeightFormatName(c.format) << " " << c.rows << "x" << c.cols
+                         << ": bit for bit the vector GEMM's results; was the tile unit used?";
+  }
 }
 
 // A NaN in the input comes out as NaN in its token's outputs.

@@ -503,7 +503,8 @@ TEST_F(RuntimeCli, Int8PrefillActivationsAgainstTheExactPath) {
   auto gen = M2("generate -m " + q4 + " --activations int8+int8 -p \"def add(a, b):\" -n 8 --temperature 0");
   EXPECT_EQ(gen.code, 0) << gen.err;
   // auto, generate's default, is int8+int8 on q4 weights here: the same tokens, the same KL;
-  // on the bf16 model it leaves everything exact (KL 0) instead of refusing.
+  // on the bf16 model it does not refuse: everything exact (KL 0), or bf16 prefill where
+  // that beats fp32 (AMX, AMD's AVX-512 BF16), whose KL is that of --activations bf16.
   auto dflt = M2("generate -m " + q4 + " -p \"def add(a, b):\" -n 8 --temperature 0");
   EXPECT_EQ(dflt.code, 0) << dflt.err;
   EXPECT_EQ(dflt.out, gen.out);
@@ -512,7 +513,15 @@ TEST_F(RuntimeCli, Int8PrefillActivationsAgainstTheExactPath) {
   EXPECT_EQ(nlohmann::json::parse(automatic.out)["reference"]["mean_kl"].get<double>(), kl);
   automatic = M2("perplexity -m models/m2-tiny --activations auto --reference models/m2-tiny" + args);
   ASSERT_EQ(automatic.code, 0) << automatic.err;
-  EXPECT_EQ(nlohmann::json::parse(automatic.out)["reference"]["mean_kl"].get<double>(), 0.0);
+  if (Bf16PrefillBeatsFp32()) {
+    auto bf16 = M2("perplexity -m models/m2-tiny --activations bf16 --reference models/m2-tiny" + args);
+    ASSERT_EQ(bf16.code, 0) << bf16.err;
+    const double kl_bf16 = nlohmann::json::parse(bf16.out)["reference"]["mean_kl"].get<double>();
+    EXPECT_GT(kl_bf16, 0.0);
+    EXPECT_EQ(nlohmann::json::parse(automatic.out)["reference"]["mean_kl"].get<double>(), kl_bf16);
+  } else {
+    EXPECT_EQ(nlohmann::json::parse(automatic.out)["reference"]["mean_kl"].get<double>(), 0.0);
+  }
   auto bad = M2("generate -m models/m2-tiny --activations int8+int8 -p hi -n 1");
   EXPECT_EQ(bad.code, 1);
   EXPECT_NE(bad.err.find("q8 or q4"), std::string::npos) << bad.err;
