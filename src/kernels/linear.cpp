@@ -1,5 +1,6 @@
 #include "kernels/linear.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -252,6 +253,25 @@ void LinearExactOn(const LinearWeight& w, const float* x, int64_t n, float* y, T
   if (parallel) pool->ParallelFor(w.rows, 16, body);
   else body(0, w.rows, 0);
 }
+// Decode steps of FP8 weights with bf16 activations (linear_bf16.h, GemvRowsBf16Avx512):
+// x rounded to bf16 and reordered once by this thread, then the rows spread over the pool,
+// up to 4 tokens per pass.
+void LinearBf16GemvOn(const LinearWeight& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
+  thread_local std::vector<uint16_t> xb;
+  if (xb.size() < static_cast<size_t>(n * w.cols)) xb.resize(static_cast<size_t>(n * w.cols));
+  PackGemvBf16Avx512(x, n, w.cols, /*fp8_order=*/true, xb.data());
+  const uint16_t* xbp = xb.data();  // a thread_local named in the lambda would be the worker's own
+  for (int64_t t0 = 0; t0 < n; t0 += 4) {
+    const int64_t nt = std::min<int64_t>(4, n - t0);
+    const auto body = [&, xbp](int64_t r0, int64_t r1, int) {
+      M2_CHECK(GemvRowsBf16Avx512(w, xbp + t0 * w.cols, nt, y + t0 * w.rows, r0, r1), "bf16 GEMV refused {} tokens",
+               nt);
+    };
+    if (pool != nullptr) pool->ParallelFor(w.rows, 16, body);
+    else body(0, w.rows, 0);
+  }
+}
+
 // pool == nullptr: everything on the calling thread. The activation mode is decided here,
 // on the whole product's token count (the exact path splits it into smaller ones).
 void LinearOn(const LinearWeight& w, const float* x, int64_t n, float* y, ThreadPool* pool_or_null) {
@@ -266,6 +286,10 @@ void LinearOn(const LinearWeight& w, const float* x, int64_t n, float* y, Thread
              "int8 activations are for q8 / q4 weights, not {}", WeightFormatName(w.format));
     const bool par = pool_or_null != nullptr && pool_or_null->size() > 1 && w.rows * w.cols * n >= (1 << 16);
     return LinearInt8On(w, x, n, y, par ? pool_or_null : nullptr, ActiveIsa());
+  }
+  if (n > 0 && UsesBf16Gemv(w, n)) {
+    const bool par = pool_or_null != nullptr && pool_or_null->size() > 1 && w.rows * w.cols * n >= (1 << 16);
+    return LinearBf16GemvOn(w, x, n, y, par ? pool_or_null : nullptr);
   }
   LinearExactOn(w, x, n, y, pool_or_null);
 }

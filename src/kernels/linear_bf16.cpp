@@ -39,6 +39,12 @@ bool AmxBf16Available() {
 
 bool Bf16PrefillBeatsFp32() { return AmxBf16Available() || (Bf16GemmAvailable() && !Cpu().intel); }
 
+bool UsesBf16Gemv(const LinearWeight& w, int64_t n) {
+  if (w.activations != ActivationMode::kBf16Prefill || n < 1 || n > kMaxGemvTokens) return false;
+  if (w.format != WeightFormat::kFp8Block || !Bf16GemmAvailable()) return false;
+  return GemvBf16Supports(w, Cpu().avx512_vbmi);
+}
+
 bool UsesBf16Gemm(const LinearWeight& w, int64_t n) {
   if (w.activations != ActivationMode::kBf16Prefill && w.activations != ActivationMode::kInt8DecodeBf16Prefill)
     return false;

@@ -30,6 +30,11 @@ bool Bf16GemmAvailable();
 // twice the FMA's multiply-adds: 1.5-1.9x); not on Intel's vector units alone, where it
 // runs at the FMA's rate (the same VM with M2_AMX=0: 100 against 126 tokens/s).
 bool Bf16PrefillBeatsFp32();
+// Whether Linear() takes the bf16 decode kernel (GemvRowsBf16Avx512 below) for this weight
+// and token count: a weight with bf16 activations (kBf16Prefill, which despite its name also
+// covers decode steps of FP8 weights), FP8 that the kernel takes, 1..kMaxGemvTokens tokens.
+// bf16 weights keep the exact decode kernel (no gain: their decode is memory-bound already).
+bool UsesBf16Gemv(const LinearWeight& w, int64_t n);
 // Whether Linear() takes the bf16 path for this weight and token count.
 bool UsesBf16Gemm(const LinearWeight& w, int64_t n);
 
@@ -82,8 +87,8 @@ bool GemmRowsBf16Amx(const LinearWeight& w, const uint32_t* xt, int64_t ntp, int
 // Products of up to 4 tokens with bf16 or FP8 weights, x rounded to bf16 (as above) and
 // multiplied with vdpbf16ps: bf16 weights as they are (one instruction per 32 weights),
 // FP8 weights decoded exactly by two AVX-512 VBMI byte-table lookups per 64.
-// Not yet used by Linear(): only `gemv_bench --bf16` calls these, checking them against a
-// double-precision reference before it times them (see the README, "bf16 decode kernel").
+// Linear() uses them for FP8 weights with bf16 activations (UsesBf16Gemv); `gemv_bench
+// --bf16` checks them against a double-precision reference before it times them.
 
 // Whether the decode kernel takes this weight: bf16, or FP8 with block_cols a multiple of
 // 64 on a CPU with VBMI; cols a multiple of 64.

@@ -630,16 +630,18 @@ TEST(Bf16ActivationsTest, RoundToBf16) {
   }
 }
 
-// Linear() with kBf16Prefill: for more than kMaxGemvTokens tokens the result is the exact
-// product of the weights with x rounded to bf16 (up to fp32 summation: the same bound as
-// the exact kernels' tests, on the rounded x), and not the fp32 product; up to
-// kMaxGemvTokens it is the exact path, bit for bit. Shapes: rows not a multiple of the
+// Linear() with kBf16Prefill: for more than kMaxGemvTokens tokens, and for FP8 decode steps
+// where the bf16 decode kernel runs (UsesBf16Gemv: AVX-512 BF16 + VBMI, 64-column multiples),
+// the result is the exact product of the weights with x rounded to bf16 (up to fp32
+// summation: the same bound as the exact kernels' tests, on the rounded x), and not the
+// fp32 product; other decode steps are the exact path, bit for bit. Shapes: rows not a multiple of the
 // 12-row panel, columns not a multiple of the 256-column chunk, partial FP8 blocks and an
 // FP8 tail shorter than 32, token counts with tiles of 16 and 32 and chunks of 128.
 TEST(Bf16ActivationsTest, PrefillIsTheProductWithBf16RoundedActivations) {
   if (!Bf16GemmAvailable()) GTEST_SKIP() << "no AVX-512 BF16 here (or M2_KERNELS forces another family): " << Cpu().Describe();
   std::mt19937 rng(21);
   std::normal_distribution<float> nd(0.0f, 1.0f);
+  int bf16_decodes = 0;
   for (const Case& c : std::vector<Case>{{WeightFormat::kBF16, 37, 96},
                                          {WeightFormat::kBF16, 50, 600},
                                          {WeightFormat::kFp8Block, 200, 328},
@@ -661,11 +663,12 @@ TEST(Bf16ActivationsTest, PrefillIsTheProductWithBf16RoundedActivations) {
       Linear(m.w, x.data(), n, exact.data());
       m.w.activations = ActivationMode::kBf16Prefill;
       Linear(m.w, x.data(), n, got.data());
-      if (n <= kMaxGemvTokens) {
+      if (n <= kMaxGemvTokens && !UsesBf16Gemv(m.w, n)) {
         EXPECT_EQ(got, exact) << "n=" << n;
         continue;
       }
       EXPECT_NE(got, exact) << "n=" << n;
+      if (n <= kMaxGemvTokens) ++bf16_decodes;
       for (int64_t t = 0; t < n; ++t)
         for (int64_t r = 0; r < c.rows; ++r) {
           long double sum = 0, mag = 0;
@@ -681,6 +684,9 @@ TEST(Bf16ActivationsTest, PrefillIsTheProductWithBf16RoundedActivations) {
         }
     }
   }
+  // The 183 x 320 FP8 weight's decode steps (1, 8 tokens) take the bf16 decode kernel
+  // where the CPU has it.
+  if (Bf16GemmAvailable() && Cpu().avx512_vbmi) EXPECT_EQ(bf16_decodes, 2);
 }
 
 // The bf16 GEMM's FP8 panels decode every code exactly: one-hot tokens (token t is 1 at
