@@ -30,7 +30,7 @@ inline constexpr int64_t kMaxGemvTokens = 8;
 // every token count (m2 perplexity, so that its KL covers every token). kBf16Prefill (bf16,
 // FP8, q8, q4 weights on CPUs with AVX-512 BF16; linear_bf16.h): activations rounded to
 // bf16 in the prefill GEMM (more than kMaxGemvTokens tokens), and in FP8 decode steps where
-// the bf16 decode kernel runs (AVX-512 VBMI); exact kernels for other decode steps.
+// the bf16 decode kernel runs (AMD with AVX-512 VBMI); exact kernels for other decode steps.
 // kInt8DecodeBf16Prefill (q8 / q4): int8 for decode, bf16 for prefill.
 // kInt8DecodeInt8Prefill (q8 / q4 on CPUs with AVX-512 VNNI): int8 for decode and for
 // prefill, there on the int8 GEMM (linear_int8.h), which gives the reference's bits.

@@ -32,7 +32,8 @@ bool Bf16GemmAvailable();
 bool Bf16PrefillBeatsFp32();
 // Whether Linear() takes the bf16 decode kernel (GemvRowsBf16Avx512 below) for this weight
 // and token count: a weight with bf16 activations (kBf16Prefill, which despite its name also
-// covers decode steps of FP8 weights), FP8 that the kernel takes, 1..kMaxGemvTokens tokens.
+// covers decode steps of FP8 weights), FP8 that the kernel takes, 1..kMaxGemvTokens tokens,
+// on a CPU where it beats the exact kernel (AMD; not Intel's, see linear_bf16.cpp).
 // bf16 weights keep the exact decode kernel (no gain: their decode is memory-bound already).
 bool UsesBf16Gemv(const LinearWeight& w, int64_t n);
 // Whether Linear() takes the bf16 path for this weight and token count.

@@ -41,7 +41,7 @@ namespace {
 // activations would be most of a small cost), FP8 and bf16 have no int8 path. FP8 and bf16
 // weights get bf16 prefill (activations rounded to bf16, 2^-9 at most; weights exact) where
 // that GEMM beats the fp32 one (Bf16PrefillBeatsFp32: the tile unit, or AMD's vdpbf16ps),
-// for the same reason, FP8 decode steps too (the bf16 decode kernel, with AVX-512 VBMI).
+// for the same reason, and on AMD FP8 decode steps too (the bf16 decode kernel, AVX-512 VBMI).
 Status SetActivations(ModelWeights& weights, ActivationMode mode) {
   if (mode == ActivationMode::kExact) return Status::Ok();
   const auto exact_prefill = [](LinearWeight& w) {
