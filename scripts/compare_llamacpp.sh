@@ -59,6 +59,9 @@ Environment:
                   the CPU has AVX-512 BF16)
   PAIRS           all (default) or fp8: only the FP8 pair (m2 FP8 vs Q8_0 with a bf16 output
                   matrix): one llama-quantize, no m2 quantize, a round in about a quarter of the time
+  LLAMA_AMX       0: build llama.cpp without its AMX kernels (-mno-amx-*, in build-noamx), 1: with
+                  them, auto (default): 0 where the CPU has AMX (this version's AMX kernels crashed
+                  llama-bench on such a machine), else 1
   M2_INT8         1: also time m2's q8 / q4 with int8 activations: --activations int8+int8 (int8
                   decode and the int8 prefill GEMM) for q4, and for q8 where the CPU has AVX-512
                   VNNI (without it q8 gets --activations int8: int8 decode, exact prefill); 0: not
@@ -292,18 +295,35 @@ llama_commit=$(awk -v v="## [$LLAMA_CPP_PYTHON_VERSION]" '$0 == v {on = 1; next}
 llama_commit=${llama_commit:-unknown}
 echo "llama.cpp: vendored in llama-cpp-python $LLAMA_CPP_PYTHON_VERSION, upstream commit $llama_commit (from its CHANGELOG)"
 
-phase "build llama.cpp (CPU, Release, GGML_NATIVE=ON): llama-bench, llama-quantize"
-bin=$cache/build/bin
+# llama.cpp's AMX kernels (ggml-cpu/amx, compiled in by -march=native where the CPU has AMX)
+# crash this version: on an Intel Xeon VM with AMX, llama-bench with its default settings died
+# with SIGSEGV at the ldtilecfg in ggml_backend_amx_mul_mat for every model here (--repack 0,
+# which also turns off llama.cpp's repacked Q4_0 / Q8_0 layouts, avoided it). So where the CPU
+# has AMX, llama.cpp is built with -mno-amx-* (into build-noamx): everything else as native.
+llama_amx=${LLAMA_AMX:-auto}
+if [ "$llama_amx" = auto ]; then
+  if grep -qw amx_tile /proc/cpuinfo; then llama_amx=0; else llama_amx=1; fi
+fi
+case "$llama_amx" in 0 | 1) ;; *) echo "compare_llamacpp.sh: LLAMA_AMX must be 0, 1 or auto, found '$llama_amx'" >&2; exit 2 ;; esac
+llama_build=$cache/build
+llama_flags=()
+if [ "$llama_amx" = 0 ]; then
+  llama_build=$cache/build-noamx
+  llama_flags=(-DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+               -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
+fi
+phase "build llama.cpp (CPU, Release, GGML_NATIVE=ON$([ "$llama_amx" = 0 ] && echo ', AMX off')): llama-bench, llama-quantize"
+bin=$llama_build/bin
 if [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-quantize" ]; then
   note "already built: $bin/llama-bench, $bin/llama-quantize"
 else
   generator=()
   command -v ninja >/dev/null && generator=(-G Ninja)
-  logged llama-cmake cmake -S "$llama_src" -B "$cache/build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+  logged llama-cmake cmake -S "$llama_src" -B "$llama_build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DLLAMA_OPENSSL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
-    -DLLAMA_BUILD_COMMIT="$llama_commit" -DLLAMA_BUILD_NUMBER=0
-  logged llama-build cmake --build "$cache/build" --target llama-bench llama-quantize -j "$(nproc)"
+    -DLLAMA_BUILD_COMMIT="$llama_commit" -DLLAMA_BUILD_NUMBER=0 "${llama_flags[@]}"
+  logged llama-build cmake --build "$llama_build" --target llama-bench llama-quantize -j "$(nproc)"
 fi
 "$bin/llama-bench" --help >"$cache/logs/llama-bench-help.txt" 2>&1 || true
 if grep -q -- '--n-depth' "$cache/logs/llama-bench-help.txt"; then

@@ -46,19 +46,24 @@ namespace m2::cli {
 namespace {
 
 // Which prefill GEMM the model's weights take (what --activations, auto included, gave
-// them): the int8 one if any weight takes it, else the bf16 one on the tile unit if any
-// weight takes that, else the vector bf16 one, else fp32.
+// them): of the int8 GEMM, the bf16 one on the tile unit, the vector bf16 one and the fp32
+// one, the one that multiplies the most weights (a q4 model's few bf16 weights on the tile
+// unit do not make the tile unit its ceiling).
 enum class PrefillGemm { kFp32, kBf16, kBf16Amx, kInt8 };
 PrefillGemm PrefillGemmOf(const ModelWeights& weights) {
-  bool int8 = false, amx = false, bf16 = false;
+  int64_t params[4] = {0, 0, 0, 0};
   // ForEachLinear takes a mutable model; this only reads.
   ForEachLinear(const_cast<ModelWeights&>(weights), [&](LinearWeight& w) {
-    int8 = int8 || w.activations == ActivationMode::kInt8DecodeInt8Prefill;
-    const bool b = UsesBf16Gemm(w, kMaxGemvTokens + 1);
-    bf16 = bf16 || b;
-    amx = amx || (b && AmxBf16Available() && GemmAmxSupports(w));
+    PrefillGemm g = PrefillGemm::kFp32;
+    if (w.activations == ActivationMode::kInt8DecodeInt8Prefill) g = PrefillGemm::kInt8;
+    else if (UsesBf16Gemm(w, kMaxGemvTokens + 1))
+      g = AmxBf16Available() && GemmAmxSupports(w) ? PrefillGemm::kBf16Amx : PrefillGemm::kBf16;
+    params[static_cast<int>(g)] += w.rows * w.cols;
   });
-  return int8 ? PrefillGemm::kInt8 : amx ? PrefillGemm::kBf16Amx : bf16 ? PrefillGemm::kBf16 : PrefillGemm::kFp32;
+  int best = 0;
+  for (int g = 1; g < 4; ++g)
+    if (params[g] > params[best]) best = g;
+  return static_cast<PrefillGemm>(best);
 }
 
 // --parallel: what each rank spent on the decode steps between two GatherRankStats (one
