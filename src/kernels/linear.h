@@ -50,6 +50,8 @@ enum class ActivationMode : uint8_t {
 // Whether fp32 subnormal operands cost a microcode assist on this CPU (CpuFeatures::
 // slow_subnormals); the ISA-specific kernels ask here rather than include base/cpu.h.
 bool SubnormalsAreSlow();
+// Whether the FP8 GEMV prefetches once per 64-byte line rather than per vector pair (Intel).
+bool PrefetchPerLine();
 
 // Columns per scale in kQ8 / kQ4.
 inline constexpr int64_t kQuantGroup = 32;
