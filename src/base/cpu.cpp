@@ -12,29 +12,17 @@ namespace m2 {
 
 namespace {
 
-bool OsSavesAvx512State() {
+// Whether the OS saves all the state components in `mask` (XCR0 bits) on a context switch.
+bool OsSavesState(uint32_t mask) {
   uint32_t a, b, c, d;
   if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE)) return false;
   uint32_t lo, hi;
   __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  return (lo & 0xe6) == 0xe6;  // SSE, AVX and the three AVX-512 state components
+  return (lo & mask) == mask;
 }
-
-bool OsSavesTileState() {
-  uint32_t a, b, c, d;
-  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE)) return false;
-  uint32_t lo, hi;
-  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  return (lo & 0x60000) == 0x60000;  // XTILECFG and XTILEDATA
-}
-
-bool OsSavesAvxState() {
-  uint32_t a, b, c, d;
-  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE)) return false;
-  uint32_t lo, hi;
-  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  return (lo & 0x6) == 0x6;
-}
+bool OsSavesAvxState() { return OsSavesState(0x6); }          // SSE and AVX
+bool OsSavesAvx512State() { return OsSavesState(0xe6); }      // and the three AVX-512 components
+bool OsSavesTileState() { return OsSavesState(0x60000); }     // XTILECFG and XTILEDATA
 
 CpuFeatures Detect() {
   CpuFeatures f;
@@ -45,7 +33,6 @@ CpuFeatures Detect() {
   std::memcpy(vendor + 4, &d, 4);
   std::memcpy(vendor + 8, &c, 4);
   f.intel = std::strcmp(vendor, "GenuineIntel") == 0;
-  f.slow_subnormals = f.intel;
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
   const bool avx_os = OsSavesAvxState();
   f.fma = avx_os && (c & bit_FMA);

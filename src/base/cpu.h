@@ -15,11 +15,10 @@ struct CpuFeatures {
   // The tile unit (AMX-TILE with AMX-BF16), its state enabled by the OS in XCR0. Linux also
   // wants each process to ask for it (RequestAmxPermission in kernels/linear_bf16.h).
   bool amx_bf16 = false;
-  // Intel cores take a microcode assist (about 100 cycles) for a multiply whose input or
-  // result is an fp32 subnormal; AMD's do not. Kernels that would make subnormals on the way
-  // to exact products (the exact FP8 GEMV's integer decode) take another route here.
-  bool slow_subnormals = false;
-  bool intel = false;  // the vendor (CPUID leaf 0): GenuineIntel
+  // The vendor (CPUID leaf 0): GenuineIntel. Intel cores, for one, take a microcode assist
+  // (about 100 cycles) for a multiply whose input or result is an fp32 subnormal, AMD's do
+  // not (kernels/linear.h, SubnormalsAreSlow).
+  bool intel = false;
 
   bool has_avx512() const { return avx512f && avx512bw && avx512vl && fma && f16c; }
   bool has_avx2() const { return avx2 && fma && f16c; }

@@ -281,21 +281,19 @@ void LinearOn(const LinearWeight& w, const float* x, int64_t n, float* y, Thread
   const bool int8_decode = w.activations == ActivationMode::kInt8Decode ||
                            w.activations == ActivationMode::kInt8DecodeBf16Prefill ||
                            w.activations == ActivationMode::kInt8DecodeInt8Prefill;
+  // The decode kernels below: the pool only for products big enough to pay for it.
+  const bool par = pool_or_null != nullptr && pool_or_null->size() > 1 && w.rows * w.cols * n >= (1 << 16);
   if (n > 0 && (w.activations == ActivationMode::kInt8 || (int8_decode && n <= kMaxGemvTokens))) {
     M2_CHECK(w.format == WeightFormat::kQ8 || w.format == WeightFormat::kQ4,
              "int8 activations are for q8 / q4 weights, not {}", WeightFormatName(w.format));
-    const bool par = pool_or_null != nullptr && pool_or_null->size() > 1 && w.rows * w.cols * n >= (1 << 16);
     return LinearInt8On(w, x, n, y, par ? pool_or_null : nullptr, ActiveIsa());
   }
-  if (n > 0 && UsesBf16Gemv(w, n)) {
-    const bool par = pool_or_null != nullptr && pool_or_null->size() > 1 && w.rows * w.cols * n >= (1 << 16);
-    return LinearBf16GemvOn(w, x, n, y, par ? pool_or_null : nullptr);
-  }
+  if (n > 0 && UsesBf16Gemv(w, n)) return LinearBf16GemvOn(w, x, n, y, par ? pool_or_null : nullptr);
   LinearExactOn(w, x, n, y, pool_or_null);
 }
 }  // namespace
 
-bool SubnormalsAreSlow() { return Cpu().slow_subnormals; }
+bool SubnormalsAreSlow() { return Cpu().intel; }
 bool PrefetchPerLine() { return Cpu().intel; }
 
 void Linear(const LinearWeight& w, const float* x, int64_t n, float* y) { LinearOn(w, x, n, y, &ThreadPool::Global()); }

@@ -47,8 +47,9 @@ enum class ActivationMode : uint8_t {
   kAuto
 };
 
-// Whether fp32 subnormal operands cost a microcode assist on this CPU (CpuFeatures::
-// slow_subnormals); the ISA-specific kernels ask here rather than include base/cpu.h.
+// Whether fp32 subnormal operands cost a microcode assist on this CPU (Intel's: kernels that
+// would make subnormals on the way to exact products, the exact FP8 GEMV's integer decode,
+// take another route there); the ISA-specific kernels ask here rather than include base/cpu.h.
 bool SubnormalsAreSlow();
 // Whether the FP8 GEMV prefetches once per 64-byte line rather than per vector pair (Intel).
 bool PrefetchPerLine();
