@@ -28,6 +28,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <random>
 #include <string>
 #include <tuple>
@@ -81,12 +82,17 @@ Set Make(m2::WeightFormat f, int64_t rows, int64_t cols, int64_t total_bytes) {
   s.scale = std::make_unique<m2::HugePageBuffer>(static_cast<size_t>(std::max<int64_t>(1, n * scale_bytes)));
   std::mt19937 rng(1);
   // Plausible values (denormals would slow the FMAs down and measure nothing useful):
-  // bf16 weights of magnitude 2^-8..2^-5 with random signs and mantissas; fp8 / int codes
-  // from random bytes; scales ~ 1e-3.
+  // bf16 weights of magnitude 2^-8..2^-5 with random signs and mantissas; fp8 codes about
+  // normal (sigma 100 of 448), int codes from random bytes; scales ~ 1e-3.
   if (f == m2::WeightFormat::kBF16) {
     auto* p = reinterpret_cast<uint16_t*>(s.data->data());
     for (size_t i = 0; i < s.data->size() / 2; ++i)
       p[i] = static_cast<uint16_t>(((rng() & 1) << 15) | ((119 + rng() % 4) << 7) | (rng() & 0x7f));
+  } else if (f == m2::WeightFormat::kFp8Block) {
+    // Distributed as a checkpoint's codes (m2 make-bench-model does the same).
+    std::vector<uint8_t> codes(65536);
+    m2::GaussianFp8Codes(100.0f, codes.data());
+    for (size_t i = 0; i < s.data->size(); ++i) s.data->data()[i] = codes[rng() & 0xffff];
   } else {
     for (size_t i = 0; i < s.data->size(); ++i) s.data->data()[i] = static_cast<uint8_t>(rng() & 0x7e);
   }
@@ -379,7 +385,12 @@ int SmallMode() {
 int AttentionMode() {
   const int64_t group = 6, D = 128, bt = 16, max_len = 32768;
   const int64_t nblocks = max_len / bt;
-  std::vector<uint16_t> k(static_cast<size_t>(nblocks * bt * D)), v(k.size());
+  // K and V in 2 MiB pages (so 64-byte aligned rows), as the KV pool's arenas are (page-
+  // aligned mappings): a vector's 16-byte alignment made most vector loads split cache lines.
+  const size_t kv_elems = static_cast<size_t>(nblocks * bt * D);
+  const m2::HugePageBuffer k_mem(kv_elems * 2), v_mem(kv_elems * 2);
+  const std::span<uint16_t> k(reinterpret_cast<uint16_t*>(k_mem.data()), kv_elems),
+      v(reinterpret_cast<uint16_t*>(v_mem.data()), kv_elems);
   std::mt19937 rng(3);
   for (auto& x : k) x = static_cast<uint16_t>(0x3c00 + rng() % 0x200 - 0x100 + ((rng() & 1) << 15));  // bf16 around +-2^-7
   for (auto& x : v) x = static_cast<uint16_t>(0x3c00 + rng() % 0x200 - 0x100 + ((rng() & 1) << 15));

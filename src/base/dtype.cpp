@@ -55,6 +55,33 @@ constexpr std::array<float, 256> MakeFp8Table(std::index_sequence<I...>) {
 // Constant-initialised, so it is usable from any static initialiser.
 constexpr std::array<float, 256> kFp8E4M3Table = MakeFp8Table(std::make_index_sequence<256>{});
 
+uint8_t F32ToFp8E4M3(float f) {
+  // Codes 0..126 are the non-negative values in increasing order (127 is NaN).
+  const float a = std::fabs(f);
+  int lo = 0, hi = 126;
+  while (lo < hi) {  // the first code whose value is >= a (126 if none)
+    const int mid = (lo + hi) / 2;
+    if (kFp8E4M3Table[static_cast<size_t>(mid)] < a) lo = mid + 1;
+    else hi = mid;
+  }
+  int best = lo;
+  if (lo > 0 && a - kFp8E4M3Table[static_cast<size_t>(lo - 1)] <= kFp8E4M3Table[static_cast<size_t>(lo)] - a) best = lo - 1;
+  if (!(a == a)) best = 0;  // NaN in: zero, never a NaN code
+  return static_cast<uint8_t>(best | (std::signbit(f) ? 0x80 : 0));
+}
+
+void GaussianFp8Codes(float sigma, uint8_t* table) {
+  for (int u = 0; u < 65536; ++u) {
+    const double p = (u + 0.5) / 65536.0;
+    double lo = -10.0, hi = 10.0;  // the normal quantile of p by bisection on the CDF
+    for (int it = 0; it < 60; ++it) {
+      const double mid = 0.5 * (lo + hi);
+      (0.5 * std::erfc(-mid / std::sqrt(2.0)) < p ? lo : hi) = mid;
+    }
+    table[u] = F32ToFp8E4M3(static_cast<float>(sigma * 0.5 * (lo + hi)));
+  }
+}
+
 size_t DTypeSize(DType t) {
   for (const auto& i : kInfo)
     if (i.type == t) return i.size;

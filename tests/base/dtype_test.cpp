@@ -1,12 +1,51 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "base/dtype.h"
 #include "base/status.h"
 
 namespace m2 {
 namespace {
+
+TEST(DTypeTest, F32ToFp8E4M3RoundsToTheNearestCode) {
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7f) == 0x7f) continue;  // the NaN codes
+    const float v = Fp8E4M3ToF32(static_cast<uint8_t>(c));
+    EXPECT_EQ(F32ToFp8E4M3(v), c == 0x80 ? 0x80 : c) << c;  // every value back to its code, -0 too
+  }
+  EXPECT_EQ(F32ToFp8E4M3(1.0625f), 0x38);   // between 1 and 1.125: a tie, to the smaller
+  EXPECT_EQ(F32ToFp8E4M3(1.07f), 0x39);     // nearer 1.125
+  EXPECT_EQ(F32ToFp8E4M3(-1.07f), 0xb9);
+  EXPECT_EQ(F32ToFp8E4M3(1000.0f), 0x7e);   // saturates at 448, never a NaN code
+  EXPECT_EQ(F32ToFp8E4M3(-1e30f), 0xfe);
+  EXPECT_EQ(F32ToFp8E4M3(0x1p-12f), 0x00);  // below half the smallest subnormal (2^-9)
+  EXPECT_EQ(F32ToFp8E4M3(0x1p-9f), 0x01);
+  EXPECT_EQ(F32ToFp8E4M3(NAN) & 0x7f, 0x00);
+}
+
+TEST(DTypeTest, GaussianFp8CodesLookLikeACheckpoints) {
+  std::vector<uint8_t> t(65536);
+  GaussianFp8Codes(100.0f, t.data());
+  int zero_or_subnormal = 0, nan = 0;
+  double sum = 0, sum2 = 0, largest = 0;
+  for (int u = 0; u < 65536; ++u) {
+    const uint8_t c = t[static_cast<size_t>(u)];
+    nan += (c & 0x7f) == 0x7f;
+    zero_or_subnormal += (c & 0x78) == 0;
+    const double v = Fp8E4M3ToF32(c);
+    sum += v, sum2 += v * v, largest = std::max(largest, std::fabs(v));
+    if (u > 0) EXPECT_LE(Fp8E4M3ToF32(t[static_cast<size_t>(u - 1)]), v) << u;  // quantiles rise
+  }
+  EXPECT_EQ(nan, 0);
+  EXPECT_LE(zero_or_subnormal, 30);  // about 1.2e-4 of a normal distribution of sigma 100
+  EXPECT_NEAR(sum / 65536, 0.0, 0.5);
+  EXPECT_NEAR(std::sqrt(sum2 / 65536), 100.0, 3.0);
+  EXPECT_GE(largest, 384.0);
+  EXPECT_LE(largest, 448.0);
+}
 
 TEST(DTypeTest, Fp8E4M3KnownValues) {
   EXPECT_EQ(Fp8E4M3ToF32(0x00), 0.0f);

@@ -23,6 +23,10 @@ namespace {
 struct Case {
   WeightFormat format;
   int64_t rows, cols;
+  // FP8 codes drawn as a checkpoint's are (GaussianFp8Codes: zero and subnormal codes
+  // rare), with some 64-byte lines of zero and subnormal codes among them; otherwise
+  // uniform over the codes (a zero or subnormal in 1 of 16).
+  bool checkpoint_codes = false;
 };
 
 struct Weight {
@@ -61,19 +65,33 @@ Weight Make(const Case& c, std::mt19937& rng) {
         m.exact[k] = c.format == WeightFormat::kBF16 ? Bf16ToF32(h) : F16ToF32(h);
       }
       break;
-    case WeightFormat::kFp8Block:
+    case WeightFormat::kFp8Block: {
       m.data.resize(n);
       m.fp8_scale.resize(static_cast<size_t>(w.scale_rows() * w.scale_cols()));
       for (auto& s : m.fp8_scale) s = std::exp(nd(rng));  // a different scale in every block
+      static const std::vector<uint8_t> codes = [] {
+        std::vector<uint8_t> t(65536);
+        GaussianFp8Codes(100.0f, t.data());
+        return t;
+      }();
       for (int64_t i = 0; i < c.rows; ++i)
         for (int64_t j = 0; j < c.cols; ++j) {
           uint8_t q = static_cast<uint8_t>(rng() & 0xff);
           if ((q & 0x7f) == 0x7f) q ^= 1;  // no NaN codes in real checkpoints
+          if (c.checkpoint_codes) {
+            q = codes[rng() & 0xffff];
+            // Every third row: its second 64-byte line all zero and subnormal codes, and
+            // one subnormal in its fourth (so that a kernel which treats such lines apart,
+            // as an integer decode to fp32 would have to on Intel, is tested on them).
+            if (i % 3 == 0 && j >= 64 && j < 128) q = static_cast<uint8_t>((j % 8) | (j % 16 < 8 ? 0 : 0x80));
+            if (i % 3 == 0 && j == 200) q = 0x83;
+          }
           m.data[i * c.cols + j] = q;
           m.exact[i * c.cols + j] = Fp8E4M3ToF32(q) * m.fp8_scale[(i / 128) * w.scale_cols() + j / 128];
         }
       w.scale = m.fp8_scale.data();
       break;
+    }
     case WeightFormat::kQ8:
     case WeightFormat::kQ4: {
       const bool q4 = c.format == WeightFormat::kQ4;
@@ -113,6 +131,10 @@ void Check(const char* kernel_name, const Kernel& kernel) {
       {WeightFormat::kBF16, 3, 5},
       // Small-batch kernel (3-8 tokens): blocks of 64 rows, chunks of 512 columns, a tail.
       {WeightFormat::kFp8Block, 130, 1100}, {WeightFormat::kBF16, 70, 1030},
+      // FP8 codes as in checkpoints (lines of zero / subnormal codes among them), whole
+      // 64-byte lines, a block wider than the matrix (192 columns: blocks of 128 and 64).
+      {WeightFormat::kFp8Block, 37, 1088, true}, {WeightFormat::kFp8Block, 19, 192, true},
+      {WeightFormat::kFp8Block, 9, 64, true},
   };
   std::mt19937 rng(42);
   std::normal_distribution<float> nd(0.0f, 1.0f);
