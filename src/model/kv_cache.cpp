@@ -24,6 +24,12 @@ char* MapZeroed(size_t bytes) {
   if (bytes == 0) return nullptr;
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   M2_CHECK(p != MAP_FAILED, "cannot map {} bytes for the KV cache", bytes);
+  // 2 MiB pages where THP allows (its "madvise" mode needs the hint; a hint only): a head's
+  // rows are 4 KiB runs 32 KiB apart (head-major blocks), a new 4 KiB page per block, and
+  // at long contexts the TLB misses showed: context 8192 vs 128 on the FP8 slice (2 threads,
+  // Intel VM) 1.144-1.163x against 1.157-1.170x, three alternating pairs. Memory is
+  // committed 2 MiB at a time as blocks are first written (MAP_NORESERVE as before).
+  (void)madvise(p, bytes, MADV_HUGEPAGE);
   return static_cast<char*>(p);
 }
 
