@@ -130,7 +130,7 @@ void TransposeTokens(const float* x, int64_t n, int64_t K, float* xt, int64_t nt
 
 namespace {
 // The int8-activation path (linear_int8.h): x quantized once by this thread, then the
-// rows spread over the pool. Int8RowsKernel picks the kernel (the portable ISA: the
+// rows spread over the pool. Int8RowsKernelFor picks the kernel (the portable ISA: the
 // reference); the format was checked by the caller.
 void LinearInt8On(const LinearWeight& w, const float* x, int64_t n, float* y, ThreadPool* pool, KernelIsa isa) {
   const int64_t G = w.cols / kQuantGroup;
@@ -141,7 +141,7 @@ void LinearInt8On(const LinearWeight& w, const float* x, int64_t n, float* y, Th
   if (isa != KernelIsa::kPortable) QuantizeActivationsInt8Avx2(x, n, w.cols, q.data(), dc.data(), dc.data() + n * G);
   else QuantizeActivationsInt8(x, n, w.cols, q.data(), dc.data(), dc.data() + n * G);
   const Int8Activations a{.q = q.data(), .d = dc.data(), .c = dc.data() + n * G, .n = n, .cols = w.cols};
-  const Int8RowsFn kernel = Int8RowsKernel(isa, Cpu());
+  const Int8RowsFn kernel = Int8RowsKernelFor(isa, Cpu(), w.format, n);
   const auto body = [&, a](int64_t r0, int64_t r1, int) { kernel(w, a, y, r0, r1); };
   if (pool != nullptr) pool->ParallelFor(w.rows, 16, body);
   else body(0, w.rows, 0);

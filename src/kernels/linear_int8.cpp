@@ -96,6 +96,11 @@ Int8RowsFn Int8RowsKernel(KernelIsa isa, const CpuFeatures& cpu) {
   return LinearInt8RowsReference;
 }
 
+Int8RowsFn Int8RowsKernelFor(KernelIsa isa, const CpuFeatures& cpu, WeightFormat f, int64_t n) {
+  if (f == WeightFormat::kQ8 && n <= 2 && cpu.intel && isa != KernelIsa::kPortable) return LinearInt8RowsAvx2;
+  return Int8RowsKernel(isa, cpu);
+}
+
 const char* Int8RowsKernelName(Int8RowsFn fn) {
   if (fn == LinearInt8RowsAvx2) return "avx2";
   if (fn == LinearInt8RowsAvx512Vnni) return "avx512vnni";

@@ -96,6 +96,13 @@ using Int8RowsFn = bool (*)(const LinearWeight&, const Int8Activations&, float*,
 // it and no AVX-512 (Intel's cores since Alder Lake), else plain AVX2, so that
 // M2_KERNELS=avx2 on an AVX-512 machine runs what an AVX2-only CPU runs.
 Int8RowsFn Int8RowsKernel(KernelIsa isa, const CpuFeatures& cpu);
+// The kernel Linear() runs for n tokens of a weight of format f: Int8RowsKernel's, except
+// that q8 at one or two tokens on Intel runs plain AVX2 whatever VNNI the CPU has (the same
+// bits): on a Sapphire Rapids-class VM it decoded the q8 slice 9% faster (17.5-18.0 against
+// 16.0-16.4 tokens/s, three alternating rounds; `gemv_bench --int8` 1536 x 3072, one token:
+// 91-103% of the read probe against 82-91%), though in L2 the VNNI kernels are the faster
+// (63-64 against 60 GB/s) and at 4-8 tokens or for q4 they win from memory too.
+Int8RowsFn Int8RowsKernelFor(KernelIsa isa, const CpuFeatures& cpu, WeightFormat f, int64_t n);
 // Its name, for benchmarks and logs: "reference", "avx2", "avx512vnni" or "avxvnni".
 const char* Int8RowsKernelName(Int8RowsFn fn);
 

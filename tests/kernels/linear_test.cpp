@@ -429,6 +429,16 @@ TEST(Int8ActivationsTest, KernelChoice) {
   EXPECT_STREQ(Int8RowsKernelName(Int8RowsKernel(KernelIsa::kAvx512, all)), "avx512vnni");
   EXPECT_STREQ(Int8RowsKernelName(Int8RowsKernel(KernelIsa::kAvx2, all)), "avx2");
   EXPECT_STREQ(Int8RowsKernelName(Int8RowsKernel(KernelIsa::kPortable, all)), "reference");
+  // Linear()'s choice: q8 at one or two tokens on Intel runs plain AVX2 (faster from memory
+  // there), everything else the family's kernel.
+  CpuFeatures intel = all;
+  intel.intel = true;
+  EXPECT_STREQ(Int8RowsKernelName(Int8RowsKernelFor(KernelIsa::kAvx512, intel, WeightFormat::kQ8, 1)), "avx2");
+  EXPECT_STREQ(Int8RowsKernelName(Int8RowsKernelFor(KernelIsa::kAvx512, intel, WeightFormat::kQ8, 2)), "avx2");
+  EXPECT_STREQ(Int8RowsKernelName(Int8RowsKernelFor(KernelIsa::kAvx512, intel, WeightFormat::kQ8, 3)), "avx512vnni");
+  EXPECT_STREQ(Int8RowsKernelName(Int8RowsKernelFor(KernelIsa::kAvx512, intel, WeightFormat::kQ4, 1)), "avx512vnni");
+  EXPECT_STREQ(Int8RowsKernelName(Int8RowsKernelFor(KernelIsa::kPortable, intel, WeightFormat::kQ8, 1)), "reference");
+  EXPECT_STREQ(Int8RowsKernelName(Int8RowsKernelFor(KernelIsa::kAvx512, all, WeightFormat::kQ8, 1)), "avx512vnni");
   CpuFeatures client = all;  // AVX-VNNI without AVX-512
   client.avx512f = client.avx512bw = client.avx512vl = client.avx512_vnni = false;
   EXPECT_STREQ(Int8RowsKernelName(Int8RowsKernel(KernelIsa::kAvx2, client)), "avxvnni");
