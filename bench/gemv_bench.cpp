@@ -90,8 +90,7 @@ Set Make(m2::WeightFormat f, int64_t rows, int64_t cols, int64_t total_bytes) {
       p[i] = static_cast<uint16_t>(((rng() & 1) << 15) | ((119 + rng() % 4) << 7) | (rng() & 0x7f));
   } else if (f == m2::WeightFormat::kFp8Block) {
     // Distributed as a checkpoint's codes (m2 make-bench-model does the same).
-    std::vector<uint8_t> codes(65536);
-    m2::GaussianFp8Codes(100.0f, codes.data());
+    const std::vector<uint8_t> codes = m2::GaussianFp8Codes(100.0f);
     for (size_t i = 0; i < s.data->size(); ++i) s.data->data()[i] = codes[rng() & 0xffff];
   } else {
     for (size_t i = 0; i < s.data->size(); ++i) s.data->data()[i] = static_cast<uint8_t>(rng() & 0x7e);

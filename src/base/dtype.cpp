@@ -70,7 +70,8 @@ uint8_t F32ToFp8E4M3(float f) {
   return static_cast<uint8_t>(best | (std::signbit(f) ? 0x80 : 0));
 }
 
-void GaussianFp8Codes(float sigma, uint8_t* table) {
+std::vector<uint8_t> GaussianFp8Codes(float sigma) {
+  std::vector<uint8_t> table(65536);
   for (int u = 0; u < 65536; ++u) {
     const double p = (u + 0.5) / 65536.0;
     double lo = -10.0, hi = 10.0;  // the normal quantile of p by bisection on the CDF
@@ -78,8 +79,9 @@ void GaussianFp8Codes(float sigma, uint8_t* table) {
       const double mid = 0.5 * (lo + hi);
       (0.5 * std::erfc(-mid / std::sqrt(2.0)) < p ? lo : hi) = mid;
     }
-    table[u] = F32ToFp8E4M3(static_cast<float>(sigma * 0.5 * (lo + hi)));
+    table[static_cast<size_t>(u)] = F32ToFp8E4M3(static_cast<float>(sigma * 0.5 * (lo + hi)));
   }
+  return table;
 }
 
 size_t DTypeSize(DType t) {

@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdint>
+#include <vector>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -55,10 +56,10 @@ inline float Fp8E4M3ToF32(uint8_t v) { return kFp8E4M3Table[v]; }
 // The nearest float8_e4m3fn code (saturating at +-448, never a NaN code; a tie goes to the
 // smaller magnitude). For making test and benchmark weights, not on a hot path.
 uint8_t F32ToFp8E4M3(float f);
-// table[u] for u in [0, 65536): the code nearest sigma x the normal quantile of (u + 0.5) /
-// 65536, so that table[16 random bits] draws codes as a checkpoint's FP8 weights are
-// distributed (about normal, the block's largest near 448 for sigma = 100: 4.3 sigma), not
-// uniformly over the codes (which would make 1 in 16 a zero or subnormal code).
-void GaussianFp8Codes(float sigma, uint8_t* table);
+// 65536 codes, entry u the code nearest sigma x the normal quantile of (u + 0.5) / 65536,
+// so that entry [16 random bits] draws codes as a checkpoint's FP8 weights are distributed
+// (about normal, the block's largest near 448 for sigma = 100: 4.3 sigma), not uniformly
+// over the codes (which would make 1 in 16 a zero or subnormal code).
+std::vector<uint8_t> GaussianFp8Codes(float sigma);
 
 }  // namespace m2

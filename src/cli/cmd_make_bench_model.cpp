@@ -166,10 +166,9 @@ int Run(const MakeOptions& opts) {
   Progress progress("writing " + (fs::path(o.out) / "model.safetensors").string(), total, "bytes");
   // FP8 weights drawn as a checkpoint's are distributed (about normal, the largest of a
   // block near 448), not uniformly over the 254 codes: uniform codes made 1 in 16 a zero or
-  // subnormal code, which real weights hardly have and which the decode kernels may treat
-  // apart (linear_simd.inc).
-  std::vector<uint8_t> fp8_codes(65536);
-  GaussianFp8Codes(100.0f, fp8_codes.data());
+  // subnormal code, which real weights hardly have and which a decode kernel could treat
+  // apart, so that the benchmark would misjudge it.
+  const std::vector<uint8_t> fp8_codes = GaussianFp8Codes(100.0f);
   const auto fill = [&](size_t t, uint64_t offset, uint8_t* buf, size_t n) {
     uint64_t state = o.seed * 1000003 + t * 7919 + offset;
     switch (fills[t]) {

@@ -69,16 +69,14 @@ Weight Make(const Case& c, std::mt19937& rng) {
       m.data.resize(n);
       m.fp8_scale.resize(static_cast<size_t>(w.scale_rows() * w.scale_cols()));
       for (auto& s : m.fp8_scale) s = std::exp(nd(rng));  // a different scale in every block
-      static const std::vector<uint8_t> codes = [] {
-        std::vector<uint8_t> t(65536);
-        GaussianFp8Codes(100.0f, t.data());
-        return t;
-      }();
+      static const std::vector<uint8_t> codes = GaussianFp8Codes(100.0f);
       for (int64_t i = 0; i < c.rows; ++i)
         for (int64_t j = 0; j < c.cols; ++j) {
-          uint8_t q = static_cast<uint8_t>(rng() & 0xff);
-          if ((q & 0x7f) == 0x7f) q ^= 1;  // no NaN codes in real checkpoints
-          if (c.checkpoint_codes) {
+          uint8_t q;
+          if (!c.checkpoint_codes) {
+            q = static_cast<uint8_t>(rng() & 0xff);
+            if ((q & 0x7f) == 0x7f) q ^= 1;  // no NaN codes in real checkpoints
+          } else {
             q = codes[rng() & 0xffff];
             // Every third row: its second 64-byte line all zero and subnormal codes, and
             // one subnormal in its fourth (so that a kernel which treats such lines apart,
