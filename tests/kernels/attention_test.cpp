@@ -83,6 +83,56 @@ TEST(AttentionKernels, Avx2MatchesPortable) {
   Check("avx2", AttendGroupAvx2, KvDtype::kBf16);
 }
 
+float FromBits(uint32_t u) { return std::bit_cast<float>(u); }
+uint32_t Bits(float f) { return std::bit_cast<uint32_t>(f); }
+
+// The SIMD kernels score K rows in pairs and a block's odd row alone, in the same order
+// of summation, and tensor parallelism gives a rank part of a group (parallel.h): a head's
+// output must be the same bits whether it is attended with its whole group or in parts,
+// and whatever the block size (one row per block: every row scored alone).
+void CheckSameBits(const char* name, const Kernel& kernel) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBf16})
+    for (int64_t group : {6, 8, 13})
+      for (int64_t len : {1, 2, 17, 48, 201}) {
+        const int64_t D = 128, bt = 16, row_bytes = D * KvDtypeBytes(dtype);
+        const Arena a(D, bt, len, 2, 1, dtype, rng);
+        // The same rows in blocks of one row each, in order.
+        std::vector<uint8_t> k1(len * row_bytes), v1(len * row_bytes);
+        for (int64_t j = 0; j < len; ++j) {
+          const int64_t off = (a.ids[j / bt] * a.view.block_stride + a.view.head_offset + (j % bt) * D) * KvDtypeBytes(dtype);
+          std::copy_n(a.k.data() + off, row_bytes, k1.data() + j * row_bytes);
+          std::copy_n(a.v.data() + off, row_bytes, v1.data() + j * row_bytes);
+        }
+        std::vector<int32_t> ids(len);
+        std::iota(ids.begin(), ids.end(), 0);
+        KvHeadView single = a.view;
+        single.k_base = k1.data(), single.v_base = v1.data(), single.blocks = ids.data();
+        single.block_stride = D, single.head_offset = 0, single.block_tokens = 1;
+        std::vector<float> q(group * D), scratch(group * len), whole(group * D), part(group * D), rows(group * D);
+        for (auto& f : q) f = 2.0f * nd(rng);
+        kernel(q.data(), group, D, a.view, 0.088f, scratch.data(), whole.data());
+        for (int64_t h0 = 0, step = 1; h0 < group; h0 += step, step = step % 3 + 1) {  // parts of 1, 2, 3 heads
+          const int64_t n = std::min(step, group - h0);
+          kernel(q.data() + h0 * D, n, D, a.view, 0.088f, scratch.data(), part.data() + h0 * D);
+        }
+        kernel(q.data(), group, D, single, 0.088f, scratch.data(), rows.data());
+        for (int64_t i = 0; i < group * D; ++i) {
+          ASSERT_EQ(Bits(part[i]), Bits(whole[i])) << name << " " << KvDtypeName(dtype) << ": group " << group
+                                                   << " in parts, length " << len << " element " << i;
+          ASSERT_EQ(Bits(rows[i]), Bits(whole[i])) << name << " " << KvDtypeName(dtype) << ": group " << group
+                                                   << " one row per block, length " << len << " element " << i;
+        }
+      }
+}
+
+TEST(AttentionKernels, SameBitsInPartsAndPerRow) {
+  if (Cpu().has_avx512()) CheckSameBits("avx512", AttendGroupAvx512);
+  if (Cpu().has_avx2()) CheckSameBits("avx2", AttendGroupAvx2);
+  CheckSameBits("portable", AttendGroupPortable);
+}
+
 // bf16 storage changes only the stored values: on inputs already rounded to bf16, the
 // portable kernel over a shuffled bf16 arena (head 1 of 2) gives what it gives over a
 // plain fp32 one (blocks in order, one head), which also checks its addressing.
@@ -118,8 +168,6 @@ TEST(AttentionKernels, PortableBf16MatchesF32OnRoundedData) {
         }
 }
 
-float FromBits(uint32_t u) { return std::bit_cast<float>(u); }
-uint32_t Bits(float f) { return std::bit_cast<uint32_t>(f); }
 
 TEST(AttentionKernels, StoreLoadKv) {
   EXPECT_STREQ(KvDtypeName(KvDtype::kF32), "f32");
