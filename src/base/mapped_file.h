@@ -1,9 +1,12 @@
-// A read-only memory-mapped file. Weights are used straight from the mapping: the
-// page cache holds them once, and a second run starts without reading the disk.
+// A read-only file in memory: memory-mapped (Open: weights are used straight from the
+// mapping, the page cache holds them once, and a second run starts without reading the
+// disk) or read into anonymous memory in 2 MiB pages (Read: what `--no-mmap` gives, see
+// io/tensor_store.h for why).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -12,9 +15,14 @@
 
 namespace m2 {
 
+class HugePageBuffer;
+
 class MappedFile {
  public:
   static Result<std::unique_ptr<MappedFile>> Open(const std::string& path);
+  // The whole file read into a HugePageBuffer; `on_bytes(n)` after each chunk of n bytes.
+  static Result<std::unique_ptr<MappedFile>> Read(const std::string& path,
+                                                  const std::function<void(uint64_t)>& on_bytes = {});
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
@@ -27,6 +35,7 @@ class MappedFile {
   MappedFile() = default;
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
+  std::unique_ptr<HugePageBuffer> copy_;  // Read(): the memory data_ points into
   std::string path_;
 };
 

@@ -106,6 +106,7 @@ struct BenchOptions {
   int draft = 4;
   int spec_tokens = 200;
   std::string activations = "auto";  // as generate / chat / serve (engine_flags.h)
+  WeightMemory weights = WeightMemory::kAuto;  // --mmap / --no-mmap
   bool competing_load = false;    // only the 1-vs-N-threads test with competing processes
   int load_rounds = 5;
   int64_t load_prompt = 64;
@@ -326,13 +327,13 @@ int Run(const BenchOptions& o) {
     spec.mode = *mode;
     spec.draft = o.draft;
     if (Status st = spec.Validate(); !st.ok()) return Fail(st);
-    auto model = LoadModel(o.model, {.pool = &pool, .activations = ActivationsOf(o.activations)}, *par);
+    auto model = LoadModel(o.model, {.pool = &pool, .activations = ActivationsOf(o.activations), .weights = o.weights}, *par);
     if (!model.ok()) return Fail(model.status());
     return RunSpecBench(**model, o.model, spec, o.spec_tokens, o.json);
   }
   const int threads = pool.size();
   if (o.competing_load) {
-    auto model = LoadModel(o.model, {.pool = &pool, .activations = ActivationsOf(o.activations)}, *par);
+    auto model = LoadModel(o.model, {.pool = &pool, .activations = ActivationsOf(o.activations), .weights = o.weights}, *par);
     if (!model.ok()) return Fail(model.status());
     Prefault(**model);
     return RunCompetingLoad(o, **model, pool);
@@ -348,7 +349,7 @@ int Run(const BenchOptions& o) {
   const ActivationMode mode = ActivationsOf(o.activations);
   { std::ofstream("/proc/self/clear_refs") << "5"; }  // restart the peak-RSS count
 
-  auto model = LoadModel(o.model, {.pool = &pool, .activations = mode}, *par);
+  auto model = LoadModel(o.model, {.pool = &pool, .activations = mode, .weights = o.weights}, *par);
   if (!model.ok()) return Fail(model.status());
   Model& m = **model;
   const ModelConfig& c = m.config();
@@ -612,6 +613,7 @@ int Run(const BenchOptions& o) {
   nlohmann::json j = {{"model", o.model}, {"kernels", IsaName(ActiveIsa())}, {"cpu", Cpu().Describe()},
                       {"threads", threads}, {"activations", o.activations}, {"read_bandwidth_bytes_per_s", bandwidth}, {"peak_fp32_flops", peak},
                       {"prefill", prefill_rows}, {"decode", decode_rows}, {"weights_file_bytes", file_bytes},
+                      {"weights_memory", m.store().read_into_memory() ? "read" : "mapped"},
                       {"kv_pool_bytes", kv_pool_bytes}, {"peak_rss_bytes", peak_rss},
                       {"peak_rss_over_weights_and_kv", peak_rss / (file_bytes + kv_pool_bytes) - 1.0},
                       {"thread_scaling", scaling}, {"kv_dtype", KvDtypeName(*kv_dtype)},
@@ -708,8 +710,9 @@ int Run(const BenchOptions& o) {
                 100 * pc["compute_utilization"].get<double>(), r["cache_bytes_at_context"].get<double>() / 1e6);
   }
   if (!o.serving_only)
-    std::printf("\nmemory: peak RSS %.2f GiB; weights file %.2f GiB + KV pool %.2f GiB; peak is %+.1f%% of those\n",
-              peak_rss / double(1ull << 30), file_bytes / double(1ull << 30), kv_pool_bytes / double(1ull << 30),
+    std::printf("\nmemory: peak RSS %.2f GiB; weights file %.2f GiB (%s) + KV pool %.2f GiB; peak is %+.1f%% of those\n",
+              peak_rss / double(1ull << 30), file_bytes / double(1ull << 30),
+              m.store().read_into_memory() ? "read into memory" : "mapped", kv_pool_bytes / double(1ull << 30),
               100.0 * (peak_rss / (file_bytes + kv_pool_bytes) - 1.0));
   if (!scaling.is_null() && scaling.contains("error"))
     std::printf("threads: prefill of 512 tokens on 1 and %d threads FAILED: %s\n", threads,
@@ -774,6 +777,7 @@ void AddBench(CLI::App& app, Runner& run) {
       ->check(CLI::Range(1, 100));
   AddThreadsFlag(cmd, o->threads);
   AddActivationsFlag(cmd, o->activations);
+  AddWeightMemoryFlags(cmd, o->weights);
   AddParallelFlag(cmd, o->parallel);
   cmd->add_flag("--json", o->json, "Print machine-readable JSON");
   cmd->add_flag("!--no-scaling", o->scaling, "Skip the one-thread prefill used to measure thread scaling");

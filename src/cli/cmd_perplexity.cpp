@@ -30,11 +30,12 @@ struct PerplexityOptions {
   std::string kv_dtype = "f32", reference_kv_dtype = "f32";
   int threads = 0;
   std::string activations = "exact", reference_activations = "exact";
+  WeightMemory weights = WeightMemory::kAuto;  // --mmap / --no-mmap (both models)
   std::string parallel = "off";
 };
 
 int Run(const PerplexityOptions& o) {
-  const LoadOptions load{.progress = !o.json, .activations = ActivationsOf(o.activations, /*everywhere=*/true)};
+  const LoadOptions load{.progress = !o.json, .activations = ActivationsOf(o.activations, /*everywhere=*/true), .weights = o.weights};
   if (o.parallel != "off" && !o.reference.empty())
     return Fail(Error("--reference cannot be combined with --parallel: compare two models in one process"));
   auto par = StartParallel(o.parallel, o.model, {.progress = false, .threads = o.threads, .activations = load.activations});
@@ -54,7 +55,7 @@ int Run(const PerplexityOptions& o) {
   if (!model.ok()) return Fail(model.status());
   std::unique_ptr<Model> reference;
   if (!o.reference.empty()) {
-    auto ref = Model::Load(o.reference, {.progress = !o.json, .pool = &pool, .activations = ActivationsOf(o.reference_activations, /*everywhere=*/true)});
+    auto ref = Model::Load(o.reference, {.progress = !o.json, .pool = &pool, .activations = ActivationsOf(o.reference_activations, /*everywhere=*/true), .weights = o.weights});
     if (!ref.ok()) return Fail(Status(ref.status()).WithContext("--reference"));
     reference = std::move(*ref);
   }
@@ -132,6 +133,7 @@ void AddPerplexity(CLI::App& app, Runner& run) {
       ->check(CLI::PositiveNumber);
   AddThreadsFlag(cmd, o->threads);
   AddActivationsFlag(cmd, o->activations);
+  AddWeightMemoryFlags(cmd, o->weights);
   AddParallelFlag(cmd, o->parallel);
   AddActivationsFlag(cmd, o->reference_activations, "--reference-activations");
   cmd->add_option("--stride", o->stride,

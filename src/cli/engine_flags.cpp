@@ -28,9 +28,23 @@ void AddActivationsFlag(CLI::App* cmd, std::string& value, const std::string& na
       ->check(CLI::IsMember({"auto", "exact", "int8", "bf16", "int8+bf16", "int8+int8"}));
 }
 
+void AddWeightMemoryFlags(CLI::App* cmd, WeightMemory& value) {
+  auto* map = cmd->add_flag_callback(
+      "--mmap", [&value] { value = WeightMemory::kMap; },
+      "Use the weight files memory-mapped: shared with other processes through the page cache, instant to load "
+      "when cached, and a model larger than memory still runs (slowly). Default: read them into memory where they "
+      "fit in what is available with a tenth to spare, else map them");
+  auto* read = cmd->add_flag_callback(
+      "--no-mmap", [&value] { value = WeightMemory::kRead; },
+      "Read the weight files into memory (2 MiB pages) even where they do not fit with room to spare: decoding "
+      "reads every weight each step, and from anonymous memory it runs faster and steadier than from mapped files");
+  map->excludes(read);
+}
+
 void AddEngineFlags(CLI::App* cmd, EngineFlags& f, bool serving) {
   AddThreadsFlag(cmd, f.threads);
   AddActivationsFlag(cmd, f.activations);
+  AddWeightMemoryFlags(cmd, f.weights);
   AddParallelFlag(cmd, f.parallel);
   cmd->add_option("--kv-memory", f.kv_memory,
                   "KV cache budget in GiB, taken once at start (default: one full context, at most 4 GiB)");

@@ -28,6 +28,7 @@ struct EngineFlags {
   int draft = 4;
   int spec_ngram = 3;
   std::string parallel = "off";  // --parallel (parallel_flags.h)
+  WeightMemory weights = WeightMemory::kAuto;  // --mmap / --no-mmap
 };
 
 // -t/--threads N into `threads`: every command that runs the model has it (0, the default:
@@ -48,6 +49,10 @@ inline ActivationMode ActivationsOf(const std::string& value, bool everywhere = 
   if (value == "auto") return ActivationMode::kAuto;
   return value != "int8" ? ActivationMode::kExact : everywhere ? ActivationMode::kInt8 : ActivationMode::kInt8Decode;
 }
+
+// --mmap / --no-mmap into `value` (neither: kAuto): whether the weight files are mapped or
+// read into anonymous memory (io/tensor_store.h). Every command that runs the model has it.
+void AddWeightMemoryFlags(CLI::App* cmd, WeightMemory& value);
 
 // `serving`: also the flags that only matter with many requests (running and queue limits).
 void AddEngineFlags(CLI::App* cmd, EngineFlags& f, bool serving = false);

@@ -113,8 +113,9 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::span<const uint8_t> file) 
   return h;
 }
 
-Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
-  M2_ASSIGN_OR_RETURN(auto mapped, MappedFile::Open(path));
+Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path, bool read,
+                                                               const std::function<void(uint64_t)>& on_bytes) {
+  M2_ASSIGN_OR_RETURN(auto mapped, read ? MappedFile::Read(path, on_bytes) : MappedFile::Open(path));
   auto header = ParseSafetensorsHeader(mapped->bytes());
   if (!header.ok()) return Status(header.status()).WithContext("'" + path + "'");
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());

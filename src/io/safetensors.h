@@ -43,7 +43,10 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(std::span<const uint8_t> file);
 
 class SafetensorsFile {
  public:
-  static Result<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
+  // Memory-mapped, or with `read` the whole file read into anonymous memory
+  // (MappedFile::Read; `on_bytes(n)` after each n bytes read).
+  static Result<std::unique_ptr<SafetensorsFile>> Open(const std::string& path, bool read = false,
+                                                       const std::function<void(uint64_t)>& on_bytes = {});
 
   const SafetensorsHeader& header() const { return header_; }
   const std::string& path() const { return file_->path(); }

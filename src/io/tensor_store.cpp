@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -26,8 +27,35 @@ bool SafeRelativeName(const std::string& name) {
 
 }  // namespace
 
+const char* WeightMemoryName(WeightMemory m) {
+  switch (m) {
+    case WeightMemory::kMap: return "mapped";
+    case WeightMemory::kRead: return "read into memory";
+    case WeightMemory::kAuto: return "auto";
+  }
+  return "?";
+}
+
+namespace {
+
+// MemAvailable from /proc/meminfo in bytes, or 0 where it cannot be read.
+uint64_t AvailableMemory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  uint64_t kib = 0;
+  while (in >> key >> kib) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<TensorStore>> TensorStore::Open(const std::string& path,
-                                                       const std::function<void(size_t, size_t)>& on_shard) {
+                                                       const std::function<void(size_t, size_t)>& on_shard,
+                                                       WeightMemory memory,
+                                                       const std::function<void(uint64_t, uint64_t)>& on_read) {
   std::error_code ec;
   std::vector<std::string> shard_files;
   std::map<std::string, std::string> index_map;  // tensor -> shard (sharded models only)
@@ -71,6 +99,7 @@ Result<std::unique_ptr<TensorStore>> TensorStore::Open(const std::string& path,
 
   std::unique_ptr<TensorStore> store(new TensorStore());
   store->source_ = path;
+  uint64_t total = 0;
   for (size_t i = 0; i < shard_files.size(); ++i) {
     const std::string& f = shard_files[i];
     if (!fs::exists(f, ec)) {
@@ -79,7 +108,22 @@ Result<std::unique_ptr<TensorStore>> TensorStore::Open(const std::string& path,
         if ((fs::path(path) / s).string() == f) { example = t; break; }
       return Error("shard '{}' (listed in '{}' for tensors such as '{}') is missing", f, index_path, example);
     }
-    M2_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(f));
+    const uint64_t size = fs::file_size(f, ec);
+    total += ec ? 0 : size;
+  }
+  if (memory == WeightMemory::kAuto) {
+    const uint64_t spare = std::max<uint64_t>(total / 10, uint64_t{1} << 30);
+    memory = total + spare <= AvailableMemory() ? WeightMemory::kRead : WeightMemory::kMap;
+  }
+  store->read_ = memory == WeightMemory::kRead;
+  uint64_t done = 0;
+  const auto read_bytes = [&](uint64_t n) {
+    done += n;
+    if (on_read) on_read(done, total);
+  };
+  for (size_t i = 0; i < shard_files.size(); ++i) {
+    const std::string& f = shard_files[i];
+    M2_ASSIGN_OR_RETURN(auto file, SafetensorsFile::Open(f, store->read_, read_bytes));
     for (const auto& e : file->header().tensors) {
       const auto [it, inserted] = store->index_.emplace(e.name, std::make_pair(file.get(), &e));
       if (!inserted)

@@ -112,11 +112,24 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& path, const LoadOp
   std::unique_ptr<Model> m(new Model());
   M2_ASSIGN_OR_RETURN(m->cfg_, LoadModelConfig(path));
   {
-    std::unique_ptr<Progress> p;
-    M2_ASSIGN_OR_RETURN(m->store_, TensorStore::Open(path, [&](size_t i, size_t n) {
-      if (!p && n > 1) p = std::make_unique<Progress>("opening shards", n, "files", opts.progress);
-      if (p) p->Update(i);
-    }));
+    // Ranks of a split model read only their slices: every rank holding whole files in
+    // anonymous memory would multiply the memory by the ranks on a machine, so they map.
+    const bool split = opts.comm != nullptr && opts.comm->size() > 1;
+    const WeightMemory memory = split && opts.weights == WeightMemory::kAuto ? WeightMemory::kMap : opts.weights;
+    std::unique_ptr<Progress> p, r;
+    M2_ASSIGN_OR_RETURN(m->store_, TensorStore::Open(
+                                       path,
+                                       [&](size_t i, size_t n) {
+                                         if (!p && n > 1 && !r) p = std::make_unique<Progress>("opening shards", n, "files", opts.progress);
+                                         if (p) p->Update(i);
+                                       },
+                                       memory,
+                                       [&](uint64_t done, uint64_t total) {
+                                         if (!r)
+                                           r = std::make_unique<Progress>("reading weights into memory (--mmap: map them instead)",
+                                                                          total, "bytes", opts.progress && total >= (uint64_t{256} << 20));
+                                         r->Update(done);
+                                       }));
   }
   {
     Progress p("binding weights", static_cast<uint64_t>(m->cfg_.num_hidden_layers), "layers",

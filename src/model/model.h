@@ -86,6 +86,10 @@ struct LoadOptions {
   // exact for everything else (the CLI's default; model.cpp says why). The default here
   // stays kExact: a program that embeds the model chooses.
   ActivationMode activations = ActivationMode::kExact;
+  // Where the weights live (io/tensor_store.h): mapped (the default here), read into
+  // anonymous memory, or auto (read where they fit; the CLI's default). Ranks of a split
+  // model map them under auto.
+  WeightMemory weights = WeightMemory::kMap;
   // Split the model over the ranks of `comm` (model/parallel.h; not owned, it must outlive
   // the model). Every rank loads the model with its own comm; rank 0 then uses it like any
   // model, and the others call Follow(). nullptr or one rank: the whole model here.

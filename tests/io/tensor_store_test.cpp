@@ -1,6 +1,7 @@
 // Sharded models, and the errors a broken model folder must give (never a crash).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -30,6 +31,48 @@ TEST(TensorStoreTest, OpensShardedModelThroughTheIndex) {
   EXPECT_TRUE((*s)->Has("model.embed_tokens.weight"));
   auto v = (*s)->Get("model.embed_tokens.weight", {DType::kBF16}, {384, 64});
   EXPECT_TRUE(v.ok()) << v.status().message();
+}
+
+// --no-mmap: every shard read into anonymous memory holds the bytes the mapping shows, the
+// progress callback counts every byte once, and auto reads a model this small.
+TEST(TensorStoreTest, ReadIntoMemoryHoldsWhatTheMappingHolds) {
+  auto mapped = TensorStore::Open("testdata/golden/tiny-bf16-sharded");
+  ASSERT_TRUE(mapped.ok()) << mapped.status().message();
+  EXPECT_FALSE((*mapped)->read_into_memory());
+  uint64_t last = 0, total = 0, calls = 0;
+  auto read = TensorStore::Open("testdata/golden/tiny-bf16-sharded", {}, WeightMemory::kRead,
+                                [&](uint64_t done, uint64_t all) {
+                                  EXPECT_GT(done, last);
+                                  last = done, total = all, ++calls;
+                                });
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  EXPECT_TRUE((*read)->read_into_memory());
+  uint64_t file_bytes = 0;
+  for (const auto& f : (*read)->files()) file_bytes += f->file_size();
+  EXPECT_EQ(total, file_bytes);
+  EXPECT_EQ(last, file_bytes);
+  EXPECT_GE(calls, (*read)->num_files());
+  for (const std::string& name : (*mapped)->Names()) {
+    auto a = (*mapped)->Get(name);
+    auto b = (*read)->Get(name);
+    ASSERT_TRUE(a.ok() && b.ok()) << name;
+    ASSERT_EQ(a->nbytes, b->nbytes) << name;
+    EXPECT_NE(a->data, b->data) << name;
+    EXPECT_EQ(std::memcmp(a->data, b->data, a->nbytes), 0) << name;
+  }
+  auto automatic = TensorStore::Open("testdata/golden/tiny-bf16-sharded", {}, WeightMemory::kAuto);
+  ASSERT_TRUE(automatic.ok()) << automatic.status().message();
+  EXPECT_TRUE((*automatic)->read_into_memory()) << "a 1 MiB model should fit in the memory available";
+}
+
+// A shard that cannot be read in full is an error naming it, as with the mapping.
+TEST(TensorStoreTest, ReadIntoMemoryNamesABrokenShard) {
+  const std::string dir = CopyModel("tiny-bf16-sharded", "read_broken_shard");
+  const fs::path shard = fs::path(dir) / "model-00002-of-00003.safetensors";
+  fs::resize_file(shard, 7);
+  auto s = TensorStore::Open(dir, {}, WeightMemory::kRead);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("model-00002-of-00003.safetensors"), std::string::npos) << s.status().message();
 }
 
 TEST(TensorStoreTest, ChecksDtypeAndShape) {
