@@ -15,7 +15,14 @@
 
 namespace m2 {
 
-Result<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
+namespace {
+
+// An open descriptor of a regular file and its size, or an error naming the file.
+struct OpenedFile {
+  int fd;
+  size_t size;
+};
+Result<OpenedFile> OpenRegularFile(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Error("cannot open '{}': {}", path, std::strerror(errno));
   struct stat st {};
@@ -28,9 +35,17 @@ Result<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
     ::close(fd);
     return Error("'{}' is not a regular file", path);
   }
+  return OpenedFile{fd, static_cast<size_t>(st.st_size)};
+}
+
+}  // namespace
+
+Result<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
+  M2_ASSIGN_OR_RETURN(const OpenedFile of, OpenRegularFile(path));
+  const int fd = of.fd;
   std::unique_ptr<MappedFile> f(new MappedFile());
   f->path_ = path;
-  f->size_ = static_cast<size_t>(st.st_size);
+  f->size_ = of.size;
   if (f->size_ > 0) {
     void* p = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
@@ -46,17 +61,11 @@ Result<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
 
 Result<std::unique_ptr<MappedFile>> MappedFile::Read(const std::string& path,
                                                      const std::function<void(uint64_t)>& on_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Error("cannot open '{}': {}", path, std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    const int e = errno;
-    ::close(fd);
-    return Error("'{}' is not a regular file{}", path, e != 0 ? std::string(": ") + std::strerror(e) : "");
-  }
+  M2_ASSIGN_OR_RETURN(const OpenedFile of, OpenRegularFile(path));
+  const int fd = of.fd;
   std::unique_ptr<MappedFile> f(new MappedFile());
   f->path_ = path;
-  f->size_ = static_cast<size_t>(st.st_size);
+  f->size_ = of.size;
   if (f->size_ > 0) {
     f->copy_ = std::make_unique<HugePageBuffer>(f->size_);
     uint8_t* dst = f->copy_->data();
