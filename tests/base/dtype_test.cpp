@@ -37,7 +37,7 @@ TEST(DTypeTest, GaussianFp8CodesLookLikeACheckpoints) {
     zero_or_subnormal += (c & 0x78) == 0;
     const double v = Fp8E4M3ToF32(c);
     sum += v, sum2 += v * v, largest = std::max(largest, std::fabs(v));
-    if (u > 0) EXPECT_LE(Fp8E4M3ToF32(t[static_cast<size_t>(u - 1)]), v) << u;  // quantiles rise
+    if (u > 0) { EXPECT_LE(Fp8E4M3ToF32(t[static_cast<size_t>(u - 1)]), v) << u; }  // quantiles rise
   }
   EXPECT_EQ(nan, 0);
   EXPECT_LE(zero_or_subnormal, 30);  // about 1.2e-4 of a normal distribution of sigma 100

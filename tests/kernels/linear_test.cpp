@@ -583,12 +583,12 @@ TEST(Int8GemmTest, EachBuildGivesTheReferenceBits) {
       std::vector<uint32_t> q2, q512;
       const auto avx2 = run(8, false, q2);
       EXPECT_EQ(avx2.first, c.format == WeightFormat::kQ4) << "the AVX2 build is for q4 only";
-      if (avx2.first) EXPECT_EQ(avx2.second, ref) << "avx2 " << WeightFormatName(c.format) << " n=" << n;
+      if (avx2.first) { EXPECT_EQ(avx2.second, ref) << "avx2 " << WeightFormatName(c.format) << " n=" << n; }
       if (!vnni) continue;
       const auto wide = run(16, true, q512);
       ASSERT_TRUE(wide.first);
       EXPECT_EQ(wide.second, ref) << "avx512vnni " << WeightFormatName(c.format) << " n=" << n;
-      if (n % 16 == 0) EXPECT_EQ(q2, q512) << "the two packings, n=" << n;  // the same ntp: the same tiles
+      if (n % 16 == 0) { EXPECT_EQ(q2, q512) << "the two packings, n=" << n; }  // the same ntp: the same tiles
     }
   }
 }
@@ -716,7 +716,7 @@ TEST(Bf16ActivationsTest, PrefillIsTheProductWithBf16RoundedActivations) {
   }
   // The 183 x 320 FP8 weight's decode steps (1, 8 tokens) take the bf16 decode kernel
   // where the CPU runs it.
-  if (Bf16GemmAvailable() && Cpu().avx512_vbmi && !Cpu().intel) EXPECT_EQ(bf16_decodes, 2);
+  if (Bf16GemmAvailable() && Cpu().avx512_vbmi && !Cpu().intel) { EXPECT_EQ(bf16_decodes, 2); }
 }
 
 // The bf16 GEMM's FP8 panels decode every code exactly: one-hot tokens (token t is 1 at

@@ -227,13 +227,13 @@ TEST_F(RuntimeCli, ChatFromAPipeKeepsTheHistoryWithReasoning) {
   }
   // What was shown is what was stored: each reply's reasoning appears after "[thinking] ".
   const std::string r1 = m[2]["reasoning_content"].get<std::string>();
-  if (!r1.empty()) EXPECT_NE(r.out.find("[thinking] " + r1), std::string::npos) << r.out;
+  if (!r1.empty()) { EXPECT_NE(r.out.find("[thinking] " + r1), std::string::npos) << r.out; }
   // The saved history is a valid request for `m2 render`, and the template shows the last
   // reply's reasoning (after the last user turn).
   auto rendered = M2("render --no-generation-prompt " + history);
   ASSERT_EQ(rendered.code, 0) << rendered.err;
   const std::string r2 = m[4]["reasoning_content"].get<std::string>();
-  if (!r2.empty()) EXPECT_NE(rendered.out.find("<think>\n" + r2 + "\n</think>"), std::string::npos) << rendered.out;
+  if (!r2.empty()) { EXPECT_NE(rendered.out.find("<think>\n" + r2 + "\n</think>"), std::string::npos) << rendered.out; }
 }
 
 TEST_F(RuntimeCli, ChatRunsShellTools) {
