@@ -101,9 +101,13 @@ void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t
   }
 
   // One work item per (token, KV head): the `group` query heads sharing that KV head.
-  // Items go to the threads in contiguous chunks (thread_pool.h); in a prefill a token's
-  // work grows with its position, so the tokens are visited in the order 0, n-1, 1, n-2,
-  // ... which gives every chunk about the same amount of work.
+  // Items go to the threads in contiguous chunks (thread_pool.h), head by head: all the
+  // tokens of KV head 0, then of head 1, ... so a thread's consecutive items read the same
+  // head's K and V rows, which stay in the caches from one token to the next (token by
+  // token, each item read a different head's rows, from memory once the context outgrew
+  // the caches). Within a head, a token's work grows with its position in a prefill, so
+  // the tokens are visited in the order 0, n-1, 1, n-2, ... which gives every chunk about
+  // the same amount of work.
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   // Scores scratch per thread slot, sized here on the calling thread: chunks go to
   // whichever thread is free (thread_pool.h), so a slot may meet its longest row in any
@@ -116,7 +120,7 @@ void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t
   pool.ParallelFor(n * KV, 1, [&](int64_t i0, int64_t i1, int th) {
     std::vector<float>& scores = s.attn_scores[static_cast<size_t>(th)];
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t u = i / KV, g = i % KV;
+      const int64_t g = i / n, u = i % n;
       const int64_t t = u % 2 == 0 ? u / 2 : n - 1 - u / 2;
       const SeqView& sv = seqs[static_cast<size_t>(slots[t].seq)];
       KvHeadView kv;
