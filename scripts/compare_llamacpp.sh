@@ -61,7 +61,9 @@ Environment:
                   default) or auto (llama.cpp's default: mapped); ignored by a llama-bench
                   without -lm
   PAIRS           all (default) or fp8: only the FP8 pair (m2 FP8 vs Q8_0 with a bf16 output
-                  matrix): one llama-quantize, no m2 quantize, a round in about a quarter of the time
+                  matrix): one llama-quantize, no m2 quantize, a round in about a quarter of the time;
+                  or q4: only the two q4 pairs (Q4_0 and Q4_K_M; the same preparation as all), for
+                  more rounds of them in the same time
   LLAMA_AMX       0: build llama.cpp without its AMX kernels (-mno-amx-*, in build-noamx), 1: with
                   them, auto (default): 0 where the CPU has AMX (this version's AMX kernels crashed
                   llama-bench on such a machine), else 1
@@ -117,7 +119,7 @@ grep -qw avx512_vnni /proc/cpuinfo || q8_int8=int8
 load_mode=${LLAMA_LOAD_MODE:-none}
 [[ $load_mode =~ ^(none|auto)$ ]] || { echo "compare_llamacpp.sh: LLAMA_LOAD_MODE must be none or auto, found '$load_mode'" >&2; exit 2; }
 pairs=${PAIRS:-all}
-[[ $pairs =~ ^(all|fp8)$ ]] || { echo "compare_llamacpp.sh: PAIRS must be all or fp8, found '$pairs'" >&2; exit 2; }
+[[ $pairs =~ ^(all|fp8|q4)$ ]] || { echo "compare_llamacpp.sh: PAIRS must be all, fp8 or q4, found '$pairs'" >&2; exit 2; }
 [ "$pairs" = fp8 ] && int8=0  # the int8 GEMM is for q8 / q4 weights
 
 # --- progress and errors --------------------------------------------------------------------
@@ -152,19 +154,24 @@ import glob, json, os, statistics, sys
 
 results, cache, slice_dir = sys.argv[1], sys.argv[2], sys.argv[3]
 # A round counts when every one of its runs finished (an interrupted benchmark leaves some).
-# PAIRS=fp8 runs only the FP8 pair: no m2 q8 run in its results.
-only_fp8 = not os.path.exists(f"{results}/m2-q8-1.json")
-names = ["m2-fp8", "llama-q8_0-outbf16"]
+# PAIRS=fp8 runs only the FP8 pair (no m2 q4 run in its results), PAIRS=q4 only the q4 pairs
+# (no m2 FP8 run).
+only_fp8 = not os.path.exists(f"{results}/m2-q4-1.json")
+only_q4 = not os.path.exists(f"{results}/m2-fp8-1.json")
+names = [] if only_q4 else ["m2-fp8", "llama-q8_0-outbf16"]
+if not only_fp8 and not only_q4:
+    names += ["m2-q8", "llama-q8_0"]
 if not only_fp8:
-    names += ["m2-q8", "m2-q4", "llama-q8_0", "llama-q4_0-outq8", "llama-q4_k_m-outq8"]
+    names += ["m2-q4", "llama-q4_0-outq8", "llama-q4_k_m-outq8"]
 # Runs with m2's fast activations (M2_FAST=1) count when the first round has them.
-fast = os.path.exists(f"{results}/m2-fp8-fast-1.json")
+fast = os.path.exists(f"{results}/m2-{'q4' if only_q4 else 'fp8'}-fast-1.json")
 if fast:
-    names += ["m2-fp8-fast"] + ([] if only_fp8 else ["m2-q8-fast", "m2-q4-fast"])
+    names += ([] if only_q4 else ["m2-fp8-fast"]) + ([] if only_fp8 or only_q4 else ["m2-q8-fast"]) + \
+             ([] if only_fp8 else ["m2-q4-fast"])
 # And the int8 activations (M2_INT8: int8+int8, or int8 for q8 without AVX-512 VNNI) likewise.
-int8 = os.path.exists(f"{results}/m2-q8-int8-1.json")
+int8 = os.path.exists(f"{results}/m2-q4-int8-1.json")
 if int8:
-    names += ["m2-q8-int8", "m2-q4-int8"]
+    names += ([] if only_q4 else ["m2-q8-int8"]) + ["m2-q4-int8"]
 rounds = []
 for r in range(1, 1000):
     found = [os.path.exists(f"{results}/{n}-{r}.json" if n.startswith("m2") else f"{results}/{n}-{r}.json.d0")
@@ -214,8 +221,8 @@ def cell(v):
         return f"{'n/a':>22}"
     return f"{statistics.median(v):8.2f} [{min(v):.2f}..{max(v):.2f}]".rjust(22)
 
-first = load(f"{results}/llama-q8_0-outbf16-{rounds[0]}.json.d0")[0]
-m2_first = load(f"{results}/m2-fp8-{rounds[0]}.json")
+first = load(f"{results}/llama-{'q4_0-outq8' if only_q4 else 'q8_0-outbf16'}-{rounds[0]}.json.d0")[0]
+m2_first = load(f"{results}/m2-{'q4' if only_q4 else 'fp8'}-{rounds[0]}.json")
 print(f"llama.cpp build {first.get('build_commit')} ({first.get('backends')}), cpu_info: {first.get('cpu_info')}, "
       f"flash_attn {first.get('flash_attn')}, K/V cache {first.get('type_k')}/{first.get('type_v')}")
 print(f"m2 kernels: {m2_first.get('kernels')}, K/V cache bf16; threads: m2 {m2_first.get('threads')}, "
@@ -230,6 +237,8 @@ pairs = [
 ]
 if only_fp8:
     pairs = pairs[:1]
+if only_q4:
+    pairs = pairs[2:]
 rows = [("prefill 512", "prefill"), ("decode depth 0", "d0"), ("decode depth 2048", "d2048")]
 for m2_label, m2_name, m2_path, ll_label, ll_name in pairs:
     a, b = m2_numbers(m2_name), llama_numbers(ll_name)
@@ -533,12 +542,15 @@ runs=(
   "llama q4_k_m-outq8 $cache/gguf/slice-q4_k_m-outq8.gguf"
 )
 [ "$pairs" = fp8 ] && runs=("${runs[@]:0:2}")
+[ "$pairs" = q4 ] && runs=("${runs[@]:4:3}")
 if [ "$fast" = 1 ]; then
-  runs+=("m2 fp8-fast $slice bf16")
-  [ "$pairs" = fp8 ] || runs+=("m2 q8-fast $cache/m2-q8-lmq8 int8+bf16" "m2 q4-fast $cache/m2-q4-lmq8 int8+bf16")
+  [ "$pairs" = q4 ] || runs+=("m2 fp8-fast $slice bf16")
+  [ "$pairs" = all ] && runs+=("m2 q8-fast $cache/m2-q8-lmq8 int8+bf16")
+  [ "$pairs" = fp8 ] || runs+=("m2 q4-fast $cache/m2-q4-lmq8 int8+bf16")
 fi
 if [ "$int8" = 1 ]; then
-  runs+=("m2 q8-int8 $cache/m2-q8-lmq8 $q8_int8" "m2 q4-int8 $cache/m2-q4-lmq8 int8+int8")
+  [ "$pairs" = q4 ] || runs+=("m2 q8-int8 $cache/m2-q8-lmq8 $q8_int8")
+  runs+=("m2 q4-int8 $cache/m2-q4-lmq8 int8+int8")
 fi
 for round in $(seq "$rounds"); do
   phase "benchmark round $round of $rounds"

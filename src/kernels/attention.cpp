@@ -78,6 +78,24 @@ void AttendGroupPortable(const float* q, int64_t group, int64_t D, const KvHeadV
   }
 }
 
+void AttendQueriesPortable(const float* q, int64_t q_stride, int64_t nq, int64_t group, int64_t D,
+                           const KvHeadView& kv, float scale, float* scratch, float* out, int64_t out_stride) {
+  for (int64_t j = 0; j < nq; ++j) {
+    KvHeadView one = kv;
+    one.length = kv.length + j;
+    AttendGroupPortable(q + j * q_stride, group, D, one, scale, scratch, out + j * out_stride);
+  }
+}
+
+void AttendQueries(const float* q, int64_t q_stride, int64_t nq, int64_t group, int64_t D, const KvHeadView& kv,
+                   float scale, float* scratch, float* out, int64_t out_stride) {
+  switch (ActiveIsa()) {
+    case KernelIsa::kAvx512: return AttendQueriesAvx512(q, q_stride, nq, group, D, kv, scale, scratch, out, out_stride);
+    case KernelIsa::kAvx2: return AttendQueriesAvx2(q, q_stride, nq, group, D, kv, scale, scratch, out, out_stride);
+    default: return AttendQueriesPortable(q, q_stride, nq, group, D, kv, scale, scratch, out, out_stride);
+  }
+}
+
 void AttendGroup(const float* q, int64_t group, int64_t D, const KvHeadView& kv, float scale, float* scratch,
                  float* out) {
   switch (ActiveIsa()) {

@@ -1,6 +1,6 @@
-// Attention of one query token over one KV head's cached positions, for the group of
-// query heads that share that KV head (GQA): each K and V row is loaded once and used
-// by every head of the group.
+// Attention of one query token (or a run of consecutive ones) over one KV head's cached
+// positions, for the group of query heads that share that KV head (GQA): each K and V row
+// is loaded once and used by every head of the group (and every query of the run).
 #pragma once
 
 #include <cstdint>
@@ -41,6 +41,15 @@ void LoadKv(const void* src, int64_t n, KvDtype dtype, float* dst);
 void AttendGroup(const float* q, int64_t group, int64_t head_dim, const KvHeadView& kv, float scale, float* scratch,
                  float* out);
 
+// nq query tokens of one sequence at consecutive positions, for one KV head: query j
+// (q + j * q_stride: [group, D]) attends positions 0 .. kv.length + j - 1 and writes out +
+// j * out_stride. Each query gets the bits AttendGroup gives it alone, while each K and V
+// row is read once for all the queries that attend it (a prefill's tokens share their
+// cache rows instead of each reading them from memory). scratch: room for nq * group *
+// (kv.length + nq - 1) floats.
+void AttendQueries(const float* q, int64_t q_stride, int64_t nq, int64_t group, int64_t head_dim, const KvHeadView& kv,
+                   float scale, float* scratch, float* out, int64_t out_stride);
+
 // Implementations (attention_avx512.cpp, attention_avx2.cpp, attention.cpp).
 void AttendGroupPortable(const float* q, int64_t group, int64_t head_dim, const KvHeadView& kv, float scale,
                          float* scratch, float* out);
@@ -48,5 +57,11 @@ void AttendGroupAvx512(const float* q, int64_t group, int64_t head_dim, const Kv
                        float* scratch, float* out);
 void AttendGroupAvx2(const float* q, int64_t group, int64_t head_dim, const KvHeadView& kv, float scale,
                      float* scratch, float* out);
+void AttendQueriesPortable(const float* q, int64_t q_stride, int64_t nq, int64_t group, int64_t head_dim,
+                           const KvHeadView& kv, float scale, float* scratch, float* out, int64_t out_stride);
+void AttendQueriesAvx512(const float* q, int64_t q_stride, int64_t nq, int64_t group, int64_t head_dim,
+                         const KvHeadView& kv, float scale, float* scratch, float* out, int64_t out_stride);
+void AttendQueriesAvx2(const float* q, int64_t q_stride, int64_t nq, int64_t group, int64_t head_dim,
+                       const KvHeadView& kv, float scale, float* scratch, float* out, int64_t out_stride);
 
 }  // namespace m2

@@ -100,13 +100,26 @@ void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t
     }
   }
 
-  // One work item per (token, KV head): the `group` query heads sharing that KV head.
+  // Query tiles: runs of up to kQueryTile tokens of one sequence at consecutive positions
+  // (a prefill's tokens), attended together (AttendQueries): each K and V row is read
+  // once per tile, not once per token, and every token gets the bits it gets alone.
+  constexpr int64_t kQueryTile = 4;
+  s.attn_tiles.clear();
+  for (int64_t t = 0; t < n;) {
+    int64_t e = t + 1;
+    while (e < n && e - t < kQueryTile && slots[e].seq == slots[t].seq && slots[e].pos == slots[e - 1].pos + 1) ++e;
+    s.attn_tiles.push_back(t);
+    t = e;
+  }
+  s.attn_tiles.push_back(n);
+  const int64_t tiles = static_cast<int64_t>(s.attn_tiles.size()) - 1;
+  // One work item per (tile, KV head): the `group` query heads sharing that KV head.
   // Items go to the threads in contiguous chunks (thread_pool.h), head by head: all the
-  // tokens of KV head 0, then of head 1, ... so a thread's consecutive items read the same
-  // head's K and V rows, which stay in the caches from one token to the next (token by
-  // token, each item read a different head's rows, from memory once the context outgrew
-  // the caches). Within a head, a token's work grows with its position in a prefill, so
-  // the tokens are visited in the order 0, n-1, 1, n-2, ... which gives every chunk about
+  // tiles of KV head 0, then of head 1, ... so a thread's consecutive items read the same
+  // head's K and V rows, which stay in the caches from one tile to the next (tile by tile,
+  // each item read a different head's rows, from memory once the context outgrew the
+  // caches). Within a head, a tile's work grows with its position in a prefill, so the
+  // tiles are visited in the order 0, last, 1, last - 1, ... which gives every chunk about
   // the same amount of work.
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   // Scores scratch per thread slot, sized here on the calling thread: chunks go to
@@ -116,12 +129,14 @@ void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t
   for (int64_t t = 0; t < n; ++t) longest = std::max<int64_t>(longest, slots[t].pos + 1);
   if (s.attn_scores.size() < static_cast<size_t>(pool.size())) s.attn_scores.resize(static_cast<size_t>(pool.size()));
   for (auto& sc : s.attn_scores)
-    if (sc.size() < static_cast<size_t>(group * longest)) sc.resize(static_cast<size_t>(group * longest));
-  pool.ParallelFor(n * KV, 1, [&](int64_t i0, int64_t i1, int th) {
+    if (sc.size() < static_cast<size_t>(kQueryTile * group * longest))
+      sc.resize(static_cast<size_t>(kQueryTile * group * longest));
+  pool.ParallelFor(tiles * KV, 1, [&](int64_t i0, int64_t i1, int th) {
     std::vector<float>& scores = s.attn_scores[static_cast<size_t>(th)];
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t g = i / n, u = i % n;
-      const int64_t t = u % 2 == 0 ? u / 2 : n - 1 - u / 2;
+      const int64_t g = i / tiles, u = i % tiles;
+      const int64_t tile = u % 2 == 0 ? u / 2 : tiles - 1 - u / 2;
+      const int64_t t = s.attn_tiles[static_cast<size_t>(tile)], nq = s.attn_tiles[static_cast<size_t>(tile) + 1] - t;
       const SeqView& sv = seqs[static_cast<size_t>(slots[t].seq)];
       KvHeadView kv;
       kv.k_base = sv.pool->KBase(layer);
@@ -132,8 +147,9 @@ void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t
       kv.block_tokens = sv.pool->block_tokens();
       kv.head_offset = g * kv.block_tokens * D;  // head-major blocks (kv_cache.h)
       kv.row_stride = D;
-      kv.length = slots[t].pos + 1;  // causal: positions 0..pos of its own sequence
-      AttendGroup(&s.q[t * qd + g * group * D], group, D, kv, scale, scores.data(), &s.attn[t * qd + g * group * D]);
+      kv.length = slots[t].pos + 1;  // causal: the tile's first token attends 0..pos, the next one more
+      AttendQueries(&s.q[t * qd + g * group * D], qd, nq, group, D, kv, scale, scores.data(),
+                    &s.attn[t * qd + g * group * D], qd);
     }
   });
   if (trace) trace->Record(name("attn_heads"), s.attn.data(), {n, H, D});

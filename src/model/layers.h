@@ -79,6 +79,7 @@ struct Scratch {
   };
   std::vector<ExpertThread> expert_threads;
   std::vector<std::vector<float>> attn_scores;  // per pool thread slot
+  std::vector<int64_t> attn_tiles;               // first token of each query tile, then n
   // Lightning layers.
   std::vector<float> qkv, qkv_grouped, lightning_out, gate;
   std::vector<int32_t> run_rows;                    // batch rows grouped by sequence

@@ -133,6 +133,49 @@ TEST(AttentionKernels, SameBitsInPartsAndPerRow) {
   CheckSameBits("portable", AttendGroupPortable);
 }
 
+// A prefill's tile: nq query tokens at consecutive positions attended together
+// (AttendQueries) each get the bits they get attended alone (AttendGroup with their own
+// length), whatever the tile's size, the group, and where the tile's last positions fall in
+// the blocks; strides between queries and between outputs are honoured, and nothing
+// outside a query's output is written.
+using QueriesKernel = std::function<void(const float*, int64_t, int64_t, int64_t, int64_t, const KvHeadView&, float,
+                                         float*, float*, int64_t)>;
+void CheckQueries(const char* name, const QueriesKernel& queries, const Kernel& single) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBf16})
+    for (int64_t group : {1, 6, 8, 13})
+      for (int64_t nq : {1, 2, 3, 4, 5})
+        for (int64_t len0 : {1, 14, 15, 16, 17, 40}) {
+          const int64_t D = 64, bt = 16, len = len0 + nq - 1;
+          const Arena a(D, bt, len, 2, 1, dtype, rng);
+          const int64_t q_stride = group * D + 8, out_stride = group * D + 16;
+          std::vector<float> q(nq * q_stride), out(nq * out_stride, NAN), scratch(nq * group * len, NAN);
+          for (auto& f : q) f = 2.0f * nd(rng);
+          KvHeadView view = a.view;
+          view.length = len0;
+          queries(q.data(), q_stride, nq, group, D, view, 0.125f, scratch.data(), out.data(), out_stride);
+          for (int64_t j = 0; j < nq; ++j) {
+            KvHeadView one = a.view;
+            one.length = len0 + j;
+            std::vector<float> want(group * D), s(group * one.length);
+            single(q.data() + j * q_stride, group, D, one, 0.125f, s.data(), want.data());
+            for (int64_t i = 0; i < group * D; ++i)
+              ASSERT_EQ(Bits(out[j * out_stride + i]), Bits(want[i]))
+                  << name << " " << KvDtypeName(dtype) << ": group " << group << ", " << nq << " queries from length "
+                  << len0 << ", query " << j << " element " << i;
+            for (int64_t i = group * D; i < out_stride && j + 1 < nq; ++i)
+              ASSERT_TRUE(std::isnan(out[j * out_stride + i])) << name << ": written past query " << j << "'s output";
+          }
+        }
+}
+
+TEST(AttentionKernels, QueriesTogetherGetTheirOwnBits) {
+  if (Cpu().has_avx512()) CheckQueries("avx512", AttendQueriesAvx512, AttendGroupAvx512);
+  if (Cpu().has_avx2()) CheckQueries("avx2", AttendQueriesAvx2, AttendGroupAvx2);
+  CheckQueries("portable", AttendQueriesPortable, AttendGroupPortable);
+}
+
 // bf16 storage changes only the stored values: on inputs already rounded to bf16, the
 // portable kernel over a shuffled bf16 arena (head 1 of 2) gives what it gives over a
 // plain fp32 one (blocks in order, one head), which also checks its addressing.
