@@ -36,7 +36,7 @@ struct PerplexityOptions {
   int64_t context = 1024;
   int64_t stride = 512;
   // Called after each window with the number of tokens run so far.
-  std::function<void(int64_t)> on_progress;
+  std::function<void(int64_t)> on_progress{};
   // Optional: compare with this model (same vocabulary) position by position.
   Model* reference = nullptr;
   // How each model's keys and values are stored (the exact fp32 by default): the same
