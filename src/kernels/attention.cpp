@@ -98,11 +98,7 @@ void AttendQueries(const float* q, int64_t q_stride, int64_t nq, int64_t group, 
 
 void AttendGroup(const float* q, int64_t group, int64_t D, const KvHeadView& kv, float scale, float* scratch,
                  float* out) {
-  switch (ActiveIsa()) {
-    case KernelIsa::kAvx512: return AttendGroupAvx512(q, group, D, kv, scale, scratch, out);
-    case KernelIsa::kAvx2: return AttendGroupAvx2(q, group, D, kv, scale, scratch, out);
-    default: return AttendGroupPortable(q, group, D, kv, scale, scratch, out);
-  }
+  AttendQueries(q, group * D, 1, group, D, kv, scale, scratch, out, group * D);
 }
 
 }  // namespace m2

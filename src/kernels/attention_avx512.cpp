@@ -5,13 +5,13 @@
 
 namespace m2 {
 void AttendQueriesAvx512(const float* q, int64_t q_stride, int64_t nq, int64_t group, int64_t head_dim,
-                       const KvHeadView& kv, float scale, float* scratch, float* out, int64_t out_stride) {
+                         const KvHeadView& kv, float scale, float* scratch, float* out, int64_t out_stride) {
   if (!avx512::CanRun(group, head_dim))
     return AttendQueriesPortable(q, q_stride, nq, group, head_dim, kv, scale, scratch, out, out_stride);
   avx512::AttendQueriesSimd(q, q_stride, nq, group, head_dim, kv, scale, scratch, out, out_stride);
 }
 void AttendGroupAvx512(const float* q, int64_t group, int64_t head_dim, const KvHeadView& kv, float scale,
-                     float* scratch, float* out) {
+                       float* scratch, float* out) {
   AttendQueriesAvx512(q, group * head_dim, 1, group, head_dim, kv, scale, scratch, out, group * head_dim);
 }
 }  // namespace m2

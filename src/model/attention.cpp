@@ -102,13 +102,16 @@ void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t
 
   // Query tiles: runs of up to kQueryTile tokens of one sequence at consecutive positions
   // (a prefill's tokens), attended together (AttendQueries): each K and V row is read
-  // once per tile, not once per token, and every token gets the bits it gets alone.
+  // once per tile, not once per token, and every token gets the bits it gets alone. A tile
+  // of nq tokens whose last is at position pos needs nq * group * (pos + 1) floats of scores.
   constexpr int64_t kQueryTile = 4;
   s.attn_tiles.clear();
+  int64_t scratch_floats = 0;
   for (int64_t t = 0; t < n;) {
     int64_t e = t + 1;
     while (e < n && e - t < kQueryTile && slots[e].seq == slots[t].seq && slots[e].pos == slots[e - 1].pos + 1) ++e;
     s.attn_tiles.push_back(t);
+    scratch_floats = std::max<int64_t>(scratch_floats, (e - t) * group * (slots[e - 1].pos + 1));
     t = e;
   }
   s.attn_tiles.push_back(n);
@@ -125,12 +128,9 @@ void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t
   // Scores scratch per thread slot, sized here on the calling thread: chunks go to
   // whichever thread is free (thread_pool.h), so a slot may meet its longest row in any
   // step, and a warm step must not allocate.
-  int64_t longest = 0;
-  for (int64_t t = 0; t < n; ++t) longest = std::max<int64_t>(longest, slots[t].pos + 1);
   if (s.attn_scores.size() < static_cast<size_t>(pool.size())) s.attn_scores.resize(static_cast<size_t>(pool.size()));
   for (auto& sc : s.attn_scores)
-    if (sc.size() < static_cast<size_t>(kQueryTile * group * longest))
-      sc.resize(static_cast<size_t>(kQueryTile * group * longest));
+    if (sc.size() < static_cast<size_t>(scratch_floats)) sc.resize(static_cast<size_t>(scratch_floats));
   pool.ParallelFor(tiles * KV, 1, [&](int64_t i0, int64_t i1, int th) {
     std::vector<float>& scores = s.attn_scores[static_cast<size_t>(th)];
     for (int64_t i = i0; i < i1; ++i) {
