@@ -33,8 +33,10 @@ double MeasurePeakAmxFlops(ThreadPool& pool) {
   // A sixteenth of the rounds: each is four 16-cycle tile products, not twelve vector ones.
   return MeasurePeak(pool, [](int64_t iters) { return AmxBf16Burst(iters / 16); });
 }
-double MeasurePeakInt8Ops(ThreadPool& pool, bool vnni) {
-  return MeasurePeak(pool, vnni ? Int8DotBurstAvx512Vnni : Int8DotBurstAvx2);
+double MeasurePeakInt8Ops(ThreadPool& pool, Int8GemmKernel kernel) {
+  return MeasurePeak(pool, kernel == Int8GemmKernel::kAvx512Vnni ? Int8DotBurstAvx512Vnni
+                           : kernel == Int8GemmKernel::kAvxVnni  ? Int8DotBurstAvxVnni
+                                                                 : Int8DotBurstAvx2);
 }
 
 double MeasurePeak(ThreadPool& pool, double (*burst)(int64_t)) {

@@ -7,6 +7,7 @@
 
 #include "base/thread_pool.h"
 #include "io/tensor_store.h"
+#include "kernels/linear_int8.h"
 #include "model/model.h"
 
 namespace m2::cli {
@@ -23,8 +24,8 @@ double MeasurePeakBf16Flops(ThreadPool& pool);
 // TDPBF16PS on the tile unit (AMX): the ceiling of the bf16 prefill GEMM where it runs there.
 double MeasurePeakAmxFlops(ThreadPool& pool);
 // The same with the int8 prefill GEMM's instructions (its ceiling, in int8 operations):
-// vpdpbusd (vnni, AVX-512 VNNI only) or vpmaddubsw + vpaddw (AVX2).
-double MeasurePeakInt8Ops(ThreadPool& pool, bool vnni);
+// vpdpbusd (AVX-512 VNNI or, on 256-bit vectors, AVX-VNNI) or vpmaddubsw + vpaddw (AVX2).
+double MeasurePeakInt8Ops(ThreadPool& pool, Int8GemmKernel kernel);
 // Best of 3 rounds of `burst` on every thread of the pool at once, in FLOP/s.
 double MeasurePeak(ThreadPool& pool, double (*burst)(int64_t));
 int64_t PeakRssBytes();

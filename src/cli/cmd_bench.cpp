@@ -361,11 +361,12 @@ int Run(const BenchOptions& o) {
   const bool int8_gemm = gemm == PrefillGemm::kInt8;
   const bool amx = gemm == PrefillGemm::kBf16Amx;
   const bool bf16 = amx || gemm == PrefillGemm::kBf16;
-  const bool vnni = Int8GemmFor(WeightFormat::kQ4) == Int8GemmKernel::kAvx512Vnni;
+  const Int8GemmKernel int8_kernel = Int8GemmFor(WeightFormat::kQ4);  // q8's too, where it has one
+  const bool vnni = int8_kernel == Int8GemmKernel::kAvx512Vnni || int8_kernel == Int8GemmKernel::kAvxVnni;
   const bool dot = gemm != PrefillGemm::kFp32;  // a dot-product ceiling for the prefill rows
   const auto measure_dot = [&] {
     return amx ? MeasurePeakAmxFlops(pool)
-               : bf16 ? MeasurePeakBf16Flops(pool) : int8_gemm ? MeasurePeakInt8Ops(pool, vnni) : 0.0;
+               : bf16 ? MeasurePeakBf16Flops(pool) : int8_gemm ? MeasurePeakInt8Ops(pool, int8_kernel) : 0.0;
   };
   const double peak_dot_before = measure_dot();
   Prefault(m);

@@ -156,9 +156,11 @@ void LinearInt8GemmOn(const LinearWeight& w, const float* x, int64_t n, float* y
   M2_CHECK(kernel != Int8GemmKernel::kNone,
            "int8 prefill (--activations int8+int8) of {} weights has no kernel for the {} kernels on this CPU ({})",
            WeightFormatName(w.format), IsaName(ActiveIsa()), Cpu().Describe());
-  const bool vnni = kernel == Int8GemmKernel::kAvx512Vnni;
-  const auto pack_tokens = vnni ? PackTokensInt8Avx512 : PackTokensInt8Avx2;
-  const auto gemm_rows = vnni ? GemmRowsInt8Avx512Vnni : GemmRowsInt8Avx2;
+  const bool wide = kernel == Int8GemmKernel::kAvx512Vnni;
+  const auto pack_tokens = wide ? PackTokensInt8Avx512 : PackTokensInt8Avx2;  // the same tiles, 16 or 8 lanes
+  const auto gemm_rows = wide                                     ? GemmRowsInt8Avx512Vnni
+                         : kernel == Int8GemmKernel::kAvxVnni ? GemmRowsInt8AvxVnni
+                                                                  : GemmRowsInt8Avx2;
   const bool parallel = pool_or_null != nullptr && pool_or_null->size() > 1 && w.rows * w.cols * n >= (1 << 16);
   ThreadPool* pool = parallel ? pool_or_null : nullptr;
   constexpr int64_t kChunk = 128;

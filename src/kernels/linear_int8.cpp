@@ -73,7 +73,10 @@ bool LinearInt8RowsReference(const LinearWeight& w, const Int8Activations& a, fl
 Int8GemmKernel Int8GemmFor(WeightFormat f) {
   if (f != WeightFormat::kQ8 && f != WeightFormat::kQ4) return Int8GemmKernel::kNone;
   const KernelIsa isa = ActiveIsa();
-  if (isa == KernelIsa::kAvx512 && Cpu().avx512_vnni) return Int8GemmKernel::kAvx512Vnni;
+  const CpuFeatures& cpu = Cpu();
+  if (isa == KernelIsa::kAvx512 && cpu.avx512_vnni) return Int8GemmKernel::kAvx512Vnni;
+  if (cpu.avx_vnni && (isa == KernelIsa::kAvx512 || (isa == KernelIsa::kAvx2 && !cpu.has_avx512())))
+    return Int8GemmKernel::kAvxVnni;
   if (f == WeightFormat::kQ4 && isa != KernelIsa::kPortable) return Int8GemmKernel::kAvx2;
   return Int8GemmKernel::kNone;
 }

@@ -522,7 +522,7 @@ TEST(Int8GemmTest, GivesTheReferenceBitsForEveryToken) {
                                          {WeightFormat::kQ4, 12, 32},
                                          {WeightFormat::kQ8, 25, 256},
                                          {WeightFormat::kQ4, 300, 512}}) {
-    if (Int8GemmFor(c.format) == Int8GemmKernel::kNone) continue;  // q8 without AVX-512 VNNI
+    if (Int8GemmFor(c.format) == Int8GemmKernel::kNone) continue;  // q8 without vpdpbusd
     Weight m = Make(c, rng);
     if (c.format == WeightFormat::kQ8) m.data[5] = 0x80;  // -128: w + 128 = 0 as the unsigned operand
     for (int64_t n : {9, 16, 17, 32, 45, 128, 131, 200}) {
@@ -547,48 +547,63 @@ TEST(Int8GemmTest, GivesTheReferenceBitsForEveryToken) {
   }
 }
 
-// Both builds called directly, whatever the active family: the AVX2 one (q4) on any AVX2
-// CPU, the AVX-512 VNNI one (q8, q4) where the CPU has it; their packings give the same
+}  // namespace
+// Defined in int8_gemm_emulated.cpp: the AVX-VNNI build with an emulated vpdpbusd.
+bool GemmRowsInt8AvxVnniEmulated(const LinearWeight& w, const Int8TokenTiles& x, float* y, int64_t r0, int64_t r1);
+namespace {
+
+// Every build called directly, whatever the active family: the AVX2 one (q4) and the
+// AVX-VNNI one with an emulated vpdpbusd (q8, q4) on any AVX2 CPU, the real AVX-VNNI one
+// and the AVX-512 VNNI one (q8, q4) where the CPU has them; their packings give the same
 // tiles, and each GEMM the reference's bits, on split row ranges, with token counts that
 // leave partial vectors (ntp padded to 8 or 16) and partial tiles.
 TEST(Int8GemmTest, EachBuildGivesTheReferenceBits) {
   if (!Cpu().has_avx2()) GTEST_SKIP() << "this CPU has no AVX2";
-  const bool vnni = Cpu().has_avx512() && Cpu().avx512_vnni;
+  using GemmFn = bool (*)(const LinearWeight&, const Int8TokenTiles&, float*, int64_t, int64_t);
+  struct Build {
+    const char* name;
+    bool runs, q8;
+    bool wide;  // 16 lanes, the AVX-512 packing
+    GemmFn gemm;
+  };
+  const Build builds[] = {
+      {"avx2", true, false, false, GemmRowsInt8Avx2},
+      {"avxvnni (emulated vpdpbusd)", true, true, false, GemmRowsInt8AvxVnniEmulated},
+      {"avxvnni", Cpu().avx_vnni, true, false, GemmRowsInt8AvxVnni},
+      {"avx512vnni", Cpu().has_avx512() && Cpu().avx512_vnni, true, true, GemmRowsInt8Avx512Vnni},
+  };
   std::mt19937 rng(29);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (const Case& c : std::vector<Case>{{WeightFormat::kQ4, 29, 544}, {WeightFormat::kQ8, 29, 544}}) {
     Weight m = Make(c, rng);
+    if (c.format == WeightFormat::kQ8) m.data[3] = 0x80;  // -128: w + 128 = 0 as the unsigned operand
     for (int64_t n : {9, 24, 40, 67}) {
       std::vector<float> x(static_cast<size_t>(n * c.cols));
       for (auto& v : x) v = nd(rng);
+      for (int64_t j = 0; j < c.cols; j += 5) x[static_cast<size_t>(j)] *= 60.0f;  // |q| up to 127 in every group
       const Int8Input in = QuantizeForInt8(x, n, c.cols);
       std::vector<float> ref(static_cast<size_t>(n * c.rows));
       ASSERT_TRUE(LinearInt8RowsReference(m.w, in.a, ref.data(), 0, c.rows));
       const int64_t G = c.cols / 32;
-      const auto run = [&](int64_t lanes, bool avx512, std::vector<uint32_t>& q) {
-        const int64_t ntp = (n + lanes - 1) / lanes * lanes;
+      std::vector<uint32_t> q8_lanes, q16_lanes;
+      for (const Build& b : builds) {
+        if (!b.runs) continue;
+        const int64_t lanes = b.wide ? 16 : 8, ntp = (n + lanes - 1) / lanes * lanes;
+        std::vector<uint32_t>& q = b.wide ? q16_lanes : q8_lanes;
         q.assign(static_cast<size_t>(ntp * c.cols / 4), 7);
         std::vector<int32_t> s(static_cast<size_t>(ntp * G), 7);
         std::vector<float> d(s.size(), 7.0f);
-        (avx512 ? PackTokensInt8Avx512 : PackTokensInt8Avx2)(x.data(), n, c.cols, ntp, 0, ntp / 2 + 1, q.data(),
-                                                             s.data(), d.data());
-        (avx512 ? PackTokensInt8Avx512 : PackTokensInt8Avx2)(x.data(), n, c.cols, ntp, ntp / 2 + 1, ntp, q.data(),
-                                                             s.data(), d.data());
+        const auto pack = b.wide ? PackTokensInt8Avx512 : PackTokensInt8Avx2;
+        pack(x.data(), n, c.cols, ntp, 0, ntp / 2 + 1, q.data(), s.data(), d.data());
+        pack(x.data(), n, c.cols, ntp, ntp / 2 + 1, ntp, q.data(), s.data(), d.data());
         const Int8TokenTiles tiles{.q = q.data(), .negsum = s.data(), .d = d.data(), .ntp = ntp, .n = n};
         std::vector<float> y(ref.size(), -1.0f);
-        const auto gemm = avx512 ? GemmRowsInt8Avx512Vnni : GemmRowsInt8Avx2;
-        const bool ok = gemm(m.w, tiles, y.data(), 0, 13) && gemm(m.w, tiles, y.data(), 13, c.rows);
-        return std::make_pair(ok, y);
-      };
-      std::vector<uint32_t> q2, q512;
-      const auto avx2 = run(8, false, q2);
-      EXPECT_EQ(avx2.first, c.format == WeightFormat::kQ4) << "the AVX2 build is for q4 only";
-      if (avx2.first) { EXPECT_EQ(avx2.second, ref) << "avx2 " << WeightFormatName(c.format) << " n=" << n; }
-      if (!vnni) continue;
-      const auto wide = run(16, true, q512);
-      ASSERT_TRUE(wide.first);
-      EXPECT_EQ(wide.second, ref) << "avx512vnni " << WeightFormatName(c.format) << " n=" << n;
-      if (n % 16 == 0) { EXPECT_EQ(q2, q512) << "the two packings, n=" << n; }  // the same ntp: the same tiles
+        const bool ok = b.gemm(m.w, tiles, y.data(), 0, 13) && b.gemm(m.w, tiles, y.data(), 13, c.rows);
+        const bool handles = c.format == WeightFormat::kQ4 || b.q8;
+        ASSERT_EQ(ok, handles) << b.name << " " << WeightFormatName(c.format) << ": which formats the build takes";
+        if (ok) { EXPECT_EQ(y, ref) << b.name << " " << WeightFormatName(c.format) << " n=" << n; }
+      }
+      if (n % 16 == 0 && !q16_lanes.empty()) { EXPECT_EQ(q8_lanes, q16_lanes) << "the two packings, n=" << n; }
     }
   }
 }
