@@ -62,7 +62,8 @@ bool LinearInt8RowsReference(const LinearWeight& w, const Int8Activations& a, fl
           const int8_t* p = static_cast<const int8_t*>(w.data) + r * K + g * kQuantGroup;
           for (int i = 0; i < kQuantGroup; ++i) dot += p[i] * xq[g * kQuantGroup + i];
         }
-        acc += static_cast<float>(dot) * (F16ToF32(s[g]) * a.d[t * G + g]);
+        // One fused multiply-add per group, as the int8 GEMM's epilogue (linear_int8_gemm_simd.inc).
+        acc = std::fma(static_cast<float>(dot), F16ToF32(s[g]) * a.d[t * G + g], acc);
       }
       y[t * w.rows + r] = acc;
     }
