@@ -11,7 +11,17 @@
 // q8 / q4: the panel holds the integers (q, or u - 8: exact in bf16) and the micro-kernel
 // multiplies each row's partial sums by the group's scale every 32 columns, into running
 // totals kept in registers (MicroGroups).
+// GCC 12.1-12.2's AVX-512 intrinsics warn on their own _mm512_undefined_* (GCC bug
+// 105593); silenced for the header only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 #include <algorithm>
 #include <cstring>
@@ -152,14 +162,23 @@ void DecodeRow(const LinearWeight& w, int64_t r, int64_t k0, int64_t kc, uint16_
   } else {
     const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * w.cols + k0;
     int64_t k = 0;
+    // Integer operations only (no conversions): the byte sign-extended to 16 bits and
+    // shifted left by 4 puts the sign at bit 15 (copies at 14..11, cleared), the exponent
+    // at 10..7 and the mantissa at 6..4; adding 112 to the exponent field gives the bf16
+    // of value / 256 for every normal code (0x7f, the NaN code, gives 480 / 256 as the
+    // fp16 route did). Codes with exponent 0 (zero and the subnormals m x 2^-9) take
+    // their magnitude from a table indexed by the low bits, then the sign bit is put back.
+    alignas(64) static constexpr uint16_t kSub[32] = {0x0000, 0x3700, 0x3780, 0x37c0, 0x3800, 0x3820, 0x3840, 0x3860};
+    const __m512i sub_table = _mm512_load_si512(kSub);
+    const __m512i keep = _mm512_set1_epi16(static_cast<short>(0x87ff)), bias = _mm512_set1_epi16(112 << 7);
+    const __m512i exp_bits = _mm512_set1_epi16(0x78), sign_bit = _mm512_set1_epi16(static_cast<short>(0x8000));
     for (; k + 32 <= kc; k += 32) {
-      // As FromFp8Scaled2 (linear_simd.inc): sign-extend, shift into fp16 position, clear
-      // the sign's copy at bit 14; fp16 -> fp32 (exact) -> bf16 (exact: 4 significant bits).
       const __m512i b = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + k)));
-      const __m512i h = _mm512_and_si512(_mm512_slli_epi16(b, 7), _mm512_set1_epi16(static_cast<short>(0xbfff)));
-      const __m512 lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
-      const __m512 hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
-      _mm512_storeu_si512(dst + k, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+      const __m512i normal = _mm512_add_epi16(_mm512_and_si512(_mm512_slli_epi16(b, 4), keep), bias);
+      const __mmask32 sub = _mm512_testn_epi16_mask(b, exp_bits);
+      const __m512i v = _mm512_mask_permutexvar_epi16(normal, sub, b, sub_table);
+      // v | (b & sign): ternary-logic truth table 0xf8 for A | (B & C).
+      _mm512_storeu_si512(dst + k, _mm512_ternarylogic_epi32(v, b, sign_bit, 0xf8));
     }
     for (; k < kc; ++k) {
       const uint8_t b = p[k];
@@ -173,6 +192,7 @@ template <Fmt F>
 void Gemm(const LinearWeight& w, const uint32_t* xt, int64_t ntp, int64_t n, float* y, int64_t r0, int64_t r1) {
   constexpr bool kFp8 = F == Fmt::kFp8;
   constexpr int64_t kGroups = kKC / kQuantGroup;
+  constexpr int64_t kHalfBytes = F == Fmt::kBf16 ? 4 : F == Fmt::kQ4 ? 1 : 2;  // bytes per column x 2
   const int64_t K = w.cols;
   const int64_t chunk = kFp8 ? std::min(kKC, w.block_cols) : kKC;
   thread_local IsaScratch<uint16_t> wd_buf;
@@ -187,10 +207,8 @@ void Gemm(const LinearWeight& w, const uint32_t* xt, int64_t ntp, int64_t n, flo
       const int64_t kc = std::min(chunk, K - k0);
       for (int64_t i = 0; i < kR; ++i) {
         if (i < next_nr) {  // the next panel's chunk into L2 while this one computes
-          // Bytes per column x 2: bf16 4, FP8 / q8 2, q4 1.
-          const int64_t half_bytes = F == Fmt::kBf16 ? 4 : F == Fmt::kQ4 ? 1 : 2;
-          const char* a = static_cast<const char*>(w.data) + ((p0 + kR + i) * K + k0) * half_bytes / 2;
-          for (int64_t o = 0; o < kc * half_bytes / 2; o += 64) _mm_prefetch(a + o, _MM_HINT_T1);
+          const char* a = static_cast<const char*>(w.data) + ((p0 + kR + i) * K + k0) * kHalfBytes / 2;
+          for (int64_t o = 0; o < kc * kHalfBytes / 2; o += 64) _mm_prefetch(a + o, _MM_HINT_T1);
         }
         if (i >= nr) {
           std::memset(wd + i * kKC, 0, static_cast<size_t>(kc) * 2);
@@ -205,6 +223,13 @@ void Gemm(const LinearWeight& w, const uint32_t* xt, int64_t ntp, int64_t n, flo
         } else {
           scale[i] = kFp8 ? static_cast<const float*>(w.scale)[(p0 + i) / w.block_rows * w.scale_cols() + k0 / w.block_cols] * 256.0f
                           : 1.0f;
+        }
+      }
+      if (k0 + chunk < K) {  // this panel's next chunk from L2 into L1 while this one computes
+        const int64_t next_bytes = std::min(chunk, K - (k0 + chunk)) * kHalfBytes / 2;
+        for (int64_t i = 0; i < nr; ++i) {
+          const char* a = static_cast<const char*>(w.data) + ((p0 + i) * K + k0 + chunk) * kHalfBytes / 2;
+          for (int64_t o = 0; o < next_bytes; o += 64) _mm_prefetch(a + o, _MM_HINT_T0);
         }
       }
       for (int64_t tile = 0; tile < ntp; tile += kTokenTile) {
