@@ -24,8 +24,7 @@ void AddActivationsFlag(CLI::App* cmd, std::string& value, const std::string& na
                   "activations too (AVX-512 VBMI), other decode steps exact); int8+bf16 (both: int8 decode steps and "
                   "bf16 prefill for q8 / q4 weights, bf16 prefill for the others); int8+int8 (q4 weights on AVX2 or "
                   "AVX-512 CPUs, q8 weights on CPUs with AVX-512 VNNI or AVX-VNNI: int8 in decode steps and in prefill, "
-                  "there on "
-                  "an integer GEMM, 1.5-2x the fp32 one; other weights exact). The README gives what each costs")
+                  "there on an integer GEMM, 1.5-2x the fp32 one; other weights exact). The README gives what each costs")
       ->check(CLI::IsMember({"auto", "exact", "int8", "bf16", "int8+bf16", "int8+int8"}));
 }
 

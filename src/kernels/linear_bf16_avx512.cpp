@@ -195,6 +195,10 @@ void Gemm(const LinearWeight& w, const uint32_t* xt, int64_t ntp, int64_t n, flo
   constexpr int64_t kHalfBytes = F == Fmt::kBf16 ? 4 : F == Fmt::kQ4 ? 1 : 2;  // bytes per column x 2
   const int64_t K = w.cols;
   const int64_t chunk = kFp8 ? std::min(kKC, w.block_cols) : kKC;
+  // Where column k of row r starts in the weight's bytes (for the prefetches).
+  const auto bytes_at = [&](int64_t r, int64_t k) {
+    return static_cast<const char*>(w.data) + (r * K + k) * kHalfBytes / 2;
+  };
   thread_local IsaScratch<uint16_t> wd_buf;
   thread_local IsaScratch<float> ct_buf;
   uint16_t* wd = wd_buf.Get(static_cast<size_t>(kR * kKC));
@@ -207,7 +211,7 @@ void Gemm(const LinearWeight& w, const uint32_t* xt, int64_t ntp, int64_t n, flo
       const int64_t kc = std::min(chunk, K - k0);
       for (int64_t i = 0; i < kR; ++i) {
         if (i < next_nr) {  // the next panel's chunk into L2 while this one computes
-          const char* a = static_cast<const char*>(w.data) + ((p0 + kR + i) * K + k0) * kHalfBytes / 2;
+          const char* a = bytes_at(p0 + kR + i, k0);
           for (int64_t o = 0; o < kc * kHalfBytes / 2; o += 64) _mm_prefetch(a + o, _MM_HINT_T1);
         }
         if (i >= nr) {
@@ -228,7 +232,7 @@ void Gemm(const LinearWeight& w, const uint32_t* xt, int64_t ntp, int64_t n, flo
       if (k0 + chunk < K) {  // this panel's next chunk from L2 into L1 while this one computes
         const int64_t next_bytes = std::min(chunk, K - (k0 + chunk)) * kHalfBytes / 2;
         for (int64_t i = 0; i < nr; ++i) {
-          const char* a = static_cast<const char*>(w.data) + ((p0 + i) * K + k0 + chunk) * kHalfBytes / 2;
+          const char* a = bytes_at(p0 + i, k0 + chunk);
           for (int64_t o = 0; o < next_bytes; o += 64) _mm_prefetch(a + o, _MM_HINT_T0);
         }
       }

@@ -102,7 +102,7 @@ Status SetActivations(ModelWeights& weights, ActivationMode mode) {
                       w.format == WeightFormat::kQ8
                           ? "vpdpbusd: AVX-512 VNNI with the avx512 kernels, or AVX-VNNI (with the avx2 kernels only "
                             "on a CPU without AVX-512)"
-                                                    : "the avx2 or avx512 kernels",
+                          : "the avx2 or avx512 kernels",
                       Cpu().Describe(), IsaName(ActiveIsa()));
   });
   return missing;
