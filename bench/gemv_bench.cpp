@@ -14,7 +14,9 @@
 //   build/bench/gemv_bench --bf16 [MiB]    bf16 / FP8 decode: exact against bf16 activations,
 //                                           one thread and all threads
 //   build/bench/gemv_bench --read [MiB]    the read probe's patterns, one thread and all
-//   build/bench/gemv_bench --attention     decode attention over 1k-32k cached positions, one thread
+//   build/bench/gemv_bench --attention     decode attention over 1k-32k cached positions, one thread,
+//                                           exact and bf16 products; then from memory on 2 threads
+//                                           in the pool's layout (a plane per head) and the former one
 //   build/bench/gemv_bench --small         cache-resident small matrices (the bundled model's) at
 //                                           1-9 tokens, one thread, against the FMA peak
 //
@@ -400,8 +402,12 @@ int AttentionMode() {
   for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(0.37f * static_cast<float>(i));
   std::printf("decode attention, one thread, %s kernels: %lld query heads per KV head, head_dim %lld, bf16 KV\n",
               m2::IsaName(m2::ActiveIsa()), static_cast<long long>(group), static_cast<long long>(D));
-  std::printf("%8s %10s %10s %12s\n", "length", "GB/s", "GFLOP/s", "ns/position");
-  for (int64_t len : {1024, 4096, 8192, 32768}) {
+  const bool bf16 = m2::AttentionBf16Available();
+  std::printf("%8s %6s %10s %10s %12s %14s\n", "length", "math", "GB/s", "GFLOP/s", "ns/position", "max |diff|");
+  std::vector<float> exact(q.size());
+  for (int64_t len : {1024, 4096, 8192, 32768})
+    for (const m2::AttentionMath math : {m2::AttentionMath::kExact, m2::AttentionMath::kBf16}) {
+    if (math == m2::AttentionMath::kBf16 && !bf16) continue;
     m2::KvHeadView kv;
     kv.k_base = k.data();
     kv.v_base = v.data();
@@ -415,13 +421,68 @@ int AttentionMode() {
     double best = 1e30;
     for (int rep = 0; rep < 30; ++rep) {
       const auto t0 = Clock::now();
-      m2::AttendGroup(q.data(), group, D, kv, 0.088f, scratch.data(), out.data());
+      m2::AttendQueries(q.data(), group * D, 1, group, D, kv, 0.088f, scratch.data(), out.data(), group * D, math);
       best = std::min(best, Seconds(t0));
     }
+    // bf16 products against the exact kernel's outputs (the first row of each length).
+    float diff = 0;
+    if (math == m2::AttentionMath::kExact) exact = out;
+    else
+      for (size_t i = 0; i < out.size(); ++i) diff = std::max(diff, std::fabs(out[i] - exact[i]));
     const double bytes = 2.0 * static_cast<double>(len * D * 2), flops = 4.0 * static_cast<double>(group * len * D);
-    std::printf("%8lld %10.2f %10.1f %12.2f\n", static_cast<long long>(len), bytes / best / 1e9, flops / best / 1e9,
-                best / static_cast<double>(len) * 1e9);
+    std::printf("%8lld %6s %10.2f %10.1f %12.2f %14.3g\n", static_cast<long long>(len),
+                math == m2::AttentionMath::kExact ? "exact" : "bf16", bytes / best / 1e9, flops / best / 1e9,
+                best / static_cast<double>(len) * 1e9, diff);
   }
+  // From memory, as a decode step meets the cache: the M2 slice's 4 layers x 8 KV heads at
+  // context 8192 (128 MiB of K and V, past the last-level cache), blocks in order, each
+  // layer's heads split over 2 threads as the model splits them. Two layouts of a layer's
+  // arena: "planes", the KV pool's (kv_cache.h: each head's rows of every block in one
+  // plane, so a sequence's rows of a head are one run of memory), and "blocks", the one
+  // before it (a block holding every head's rows, head after head: a head's rows in 4 KiB
+  // runs 32 KiB apart). Configurations take turns, the best of 8 rounds each.
+  const int64_t layers = 4, kv_heads = 8, len = 8192, lblocks = len / bt;
+  const size_t layer_elems = static_cast<size_t>(lblocks * kv_heads * bt * D);
+  const m2::HugePageBuffer km(layer_elems * 2 * layers), vm(layer_elems * 2 * layers);
+  std::memset(km.data(), 0x3c, layer_elems * 2 * layers);
+  std::memset(vm.data(), 0x3c, layer_elems * 2 * layers);
+  std::vector<int32_t> order(static_cast<size_t>(lblocks));
+  for (int64_t i = 0; i < lblocks; ++i) order[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  m2::ThreadPool pool(2);
+  std::vector<std::vector<float>> sc(2, std::vector<float>(static_cast<size_t>(group * len)));
+  std::vector<float> o(static_cast<size_t>(kv_heads * group * D));
+  double best[2][2] = {{1e30, 1e30}, {1e30, 1e30}};  // [planes][bf16]
+  for (int rep = 0; rep < 8; ++rep)
+    for (int planes = 0; planes < 2; ++planes)
+      for (int b = 0; b < (bf16 ? 2 : 1); ++b) {
+        const auto t0 = Clock::now();
+        for (int64_t l = 0; l < layers; ++l)
+          pool.ParallelFor(kv_heads, 1, [&](int64_t g0, int64_t g1, int th) {
+            for (int64_t g = g0; g < g1; ++g) {
+              m2::KvHeadView kv;
+              kv.k_base = reinterpret_cast<const uint16_t*>(km.data()) + static_cast<size_t>(l) * layer_elems;
+              kv.v_base = reinterpret_cast<const uint16_t*>(vm.data()) + static_cast<size_t>(l) * layer_elems;
+              kv.blocks = order.data();
+              kv.block_stride = planes ? bt * D : kv_heads * bt * D;
+              kv.head_offset = planes ? g * lblocks * bt * D : g * bt * D;
+              kv.block_tokens = bt;
+              kv.row_stride = D;
+              kv.length = len;
+              kv.dtype = m2::KvDtype::kBf16;
+              m2::AttendQueries(q.data(), group * D, 1, group, D, kv, 0.088f, sc[static_cast<size_t>(th)].data(),
+                                o.data() + g * group * D, group * D,
+                                b ? m2::AttentionMath::kBf16 : m2::AttentionMath::kExact);
+            }
+          });
+        best[planes][b] = std::min(best[planes][b], Seconds(t0));
+      }
+  const double bytes = static_cast<double>(layers * kv_heads * len * D * 2 * 2);
+  for (int planes = 1; planes >= 0; --planes)
+    for (int b = 0; b < (bf16 ? 2 : 1); ++b)
+      std::printf("from memory, 2 threads, %s, %-6s: %lld layers x %lld KV heads at %lld: %.2f ms, %.1f GB/s of K and V\n",
+                  planes ? "planes" : "blocks", b ? "bf16" : "exact", static_cast<long long>(layers),
+                  static_cast<long long>(kv_heads), static_cast<long long>(len), best[planes][b] * 1e3,
+                  bytes / best[planes][b] / 1e9);
   return 0;
 }
 

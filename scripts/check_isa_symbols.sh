@@ -2,7 +2,8 @@
 # Fails if an object compiled for one SIMD family (its name contains avx512 or avx2)
 # defines a weak / unique symbol outside its own namespace (m2::avx512 / m2::avx2; the
 # int8 kernels' m2::int8_avx2 / m2::int8_avx512vnni / m2::int8_avxvnni, the int8 GEMM's
-# m2::int8gemm_avx512vnni / m2::int8gemm_avx2; m2::avx512bf16, m2::avx512bf16gemv, m2::amxbf16).
+# m2::int8gemm_avx512vnni / m2::int8gemm_avx2; m2::avx512bf16, m2::avx512bf16gemv, m2::amxbf16,
+# m2::avx512bf16attn).
 # Such symbols (inline templates such as std::vector<float>::resize) are merged by the
 # linker into one copy for the whole program, possibly the AVX-512 one, which then
 # faults on a CPU without AVX-512. Usage: check_isa_symbols.sh OBJECT...
@@ -12,6 +13,7 @@ for obj in "$@"; do
     *linear_bf16_avx512*) ns='m2::avx512bf16::' ;;
     *linear_bf16_gemv_avx512*) ns='m2::avx512bf16gemv::' ;;
     *linear_bf16_amx*) ns='m2::amxbf16::' ;;
+    *attention_avx512bf16*) ns='m2::avx512bf16attn::' ;;
     *linear_int8_avx512vnni*) ns='m2::int8_avx512vnni::' ;;
     *linear_int8_avxvnni*) ns='m2::int8_avxvnni::' ;;
     *linear_int8_avx2*) ns='m2::int8_avx2::' ;;

@@ -106,6 +106,7 @@ struct BenchOptions {
   int draft = 4;
   int spec_tokens = 200;
   std::string activations = "auto";  // as generate / chat / serve (engine_flags.h)
+  std::string attention = "auto";
   WeightMemory weights = WeightMemory::kAuto;  // --mmap / --no-mmap
   bool competing_load = false;    // only the 1-vs-N-threads test with competing processes
   int load_rounds = 5;
@@ -297,7 +298,7 @@ Result<std::vector<int32_t>> ParseCounts(const std::string& text, const char* fl
 
 int Run(const BenchOptions& o) {
   auto par = StartParallel(o.parallel, o.model,
-                           {.progress = false, .threads = o.threads, .activations = ActivationsOf(o.activations)});
+                           {.progress = false, .threads = o.threads, .activations = ActivationsOf(o.activations), .attention = AttentionOf(o.attention)});
   if (!par.ok()) return Fail(par.status());
   if (par->exit_code) return *par->exit_code;  // a rank > 0: it has followed rank 0
   auto prefill_lens = ParseCounts(o.prefill, "--prefill", "prompt lengths", "prompt length");
@@ -314,6 +315,7 @@ int Run(const BenchOptions& o) {
   }
   auto kv_dtype = runtime::ParseKvDtype(o.kv_dtype);
   if (!kv_dtype.ok()) return Fail(Status(kv_dtype.status()).WithContext("--kv-dtype"));
+  if (Status st = CheckAttentionCache(o.attention, o.kv_dtype); !st.ok()) return Fail(st);
   if (o.serving_only) {
     prefill_lens->clear();
     contexts->clear();
@@ -327,13 +329,13 @@ int Run(const BenchOptions& o) {
     spec.mode = *mode;
     spec.draft = o.draft;
     if (Status st = spec.Validate(); !st.ok()) return Fail(st);
-    auto model = LoadModel(o.model, {.pool = &pool, .activations = ActivationsOf(o.activations), .weights = o.weights}, *par);
+    auto model = LoadModel(o.model, {.pool = &pool, .activations = ActivationsOf(o.activations), .attention = AttentionOf(o.attention), .weights = o.weights}, *par);
     if (!model.ok()) return Fail(model.status());
     return RunSpecBench(**model, o.model, spec, o.spec_tokens, o.json);
   }
   const int threads = pool.size();
   if (o.competing_load) {
-    auto model = LoadModel(o.model, {.pool = &pool, .activations = ActivationsOf(o.activations), .weights = o.weights}, *par);
+    auto model = LoadModel(o.model, {.pool = &pool, .activations = ActivationsOf(o.activations), .attention = AttentionOf(o.attention), .weights = o.weights}, *par);
     if (!model.ok()) return Fail(model.status());
     Prefault(**model);
     return RunCompetingLoad(o, **model, pool);
@@ -349,7 +351,7 @@ int Run(const BenchOptions& o) {
   const ActivationMode mode = ActivationsOf(o.activations);
   { std::ofstream("/proc/self/clear_refs") << "5"; }  // restart the peak-RSS count
 
-  auto model = LoadModel(o.model, {.pool = &pool, .activations = mode, .weights = o.weights}, *par);
+  auto model = LoadModel(o.model, {.pool = &pool, .activations = mode, .attention = AttentionOf(o.attention), .weights = o.weights}, *par);
   if (!model.ok()) return Fail(model.status());
   Model& m = **model;
   const ModelConfig& c = m.config();
@@ -628,6 +630,7 @@ int Run(const BenchOptions& o) {
     j["ceilings_measured"]["after"][key] = peak_dot_after;
   }
   if (m.ranks() > 1) j["ranks"] = rank_rows;
+  j["attention"] = AttentionName(m.attention_math(), *kv_dtype);
   j["prefill_gemm"] = amx ? "bf16 (tile unit)" : bf16 ? "bf16" : int8_gemm ? "int8" : "fp32";
   j["failed"] = any_failed;
   if (o.json) {
@@ -635,8 +638,9 @@ int Run(const BenchOptions& o) {
     return any_failed ? 1 : 0;
   }
   std::printf("machine: %s kernels, %d threads; read bandwidth %.1f GB/s; fp32 FMA peak %.1f GFLOP/s; "
-              "activations %s\n",
-              IsaName(ActiveIsa()), threads, bandwidth / 1e9, peak / 1e9, o.activations.c_str());
+              "activations %s; attention %s\n",
+              IsaName(ActiveIsa()), threads, bandwidth / 1e9, peak / 1e9, o.activations.c_str(),
+              AttentionName(m.attention_math(), *kv_dtype));
   std::printf("  (the higher of two measurements: before the timings %.1f GB/s, %.1f GFLOP/s; after %.1f GB/s, %.1f GFLOP/s)\n",
               bandwidth_before / 1e9, peak_before / 1e9, bandwidth_after / 1e9, peak_after / 1e9);
   if (dot)
@@ -778,6 +782,7 @@ void AddBench(CLI::App& app, Runner& run) {
       ->check(CLI::Range(1, 100));
   AddThreadsFlag(cmd, o->threads);
   AddActivationsFlag(cmd, o->activations);
+  AddAttentionFlag(cmd, o->attention);
   AddWeightMemoryFlags(cmd, o->weights);
   AddParallelFlag(cmd, o->parallel);
   cmd->add_flag("--json", o->json, "Print machine-readable JSON");

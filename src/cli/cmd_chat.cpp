@@ -154,7 +154,7 @@ Status SaveHistory(const std::string& path, const runtime::ChatSession& session)
 }
 
 int Run(ChatOptions& o) {
-  const LoadOptions load{.threads = o.engine.threads, .activations = ActivationsOf(o.engine.activations), .weights = o.engine.weights};
+  const LoadOptions load{.threads = o.engine.threads, .activations = ActivationsOf(o.engine.activations), .attention = AttentionOf(o.engine.attention), .weights = o.engine.weights};
   auto par = StartParallel(o.engine.parallel, o.model, load);
   if (!par.ok()) return Fail(par.status());
   if (par->exit_code) return *par->exit_code;  // a rank > 0: it has followed rank 0

@@ -21,6 +21,7 @@ struct LogitsOptions {
   std::string dump;
   int threads = 0;
   std::string activations = "exact";
+  std::string attention = "auto";  // exact unless --activations takes a fast path
   WeightMemory weights = WeightMemory::kAuto;  // --mmap / --no-mmap
   std::string parallel = "off";
 };
@@ -28,7 +29,7 @@ struct LogitsOptions {
 int Run(const LogitsOptions& o) {
   auto ids = ParseIdList(o.ids);
   if (!ids.ok()) return Fail(ids.status());
-  const LoadOptions load{.progress = false, .threads = o.threads, .activations = ActivationsOf(o.activations), .weights = o.weights};
+  const LoadOptions load{.progress = false, .threads = o.threads, .activations = ActivationsOf(o.activations), .attention = AttentionOf(o.attention), .weights = o.weights};
   auto par = StartParallel(o.parallel, o.model, load);
   if (!par.ok()) return Fail(par.status());
   if (par->exit_code) return *par->exit_code;  // a rank > 0: it has followed rank 0
@@ -74,6 +75,7 @@ void AddLogits(CLI::App& app, Runner& run) {
   cmd->add_option("--ids", o->ids, "Token ids, comma separated (e.g. 1,2,3)")->required();
   AddThreadsFlag(cmd, o->threads);
   AddActivationsFlag(cmd, o->activations);
+  AddAttentionFlag(cmd, o->attention);
   AddWeightMemoryFlags(cmd, o->weights);
   AddParallelFlag(cmd, o->parallel);
   cmd->add_option("--dump", o->dump, "Also write every named intermediate tensor to this .safetensors file");

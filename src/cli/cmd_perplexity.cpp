@@ -30,21 +30,23 @@ struct PerplexityOptions {
   std::string kv_dtype = "f32", reference_kv_dtype = "f32";
   int threads = 0;
   std::string activations = "exact", reference_activations = "exact";
+  std::string attention = "auto";  // exact unless --activations takes a fast path (the reference: its own)
   WeightMemory weights = WeightMemory::kAuto;  // --mmap / --no-mmap (both models)
   std::string parallel = "off";
 };
 
 int Run(const PerplexityOptions& o) {
-  const LoadOptions load{.progress = !o.json, .activations = ActivationsOf(o.activations, /*everywhere=*/true), .weights = o.weights};
+  const LoadOptions load{.progress = !o.json, .activations = ActivationsOf(o.activations, /*everywhere=*/true), .attention = AttentionOf(o.attention), .weights = o.weights};
   if (o.parallel != "off" && !o.reference.empty())
     return Fail(Error("--reference cannot be combined with --parallel: compare two models in one process"));
-  auto par = StartParallel(o.parallel, o.model, {.progress = false, .threads = o.threads, .activations = load.activations});
+  auto par = StartParallel(o.parallel, o.model, {.progress = false, .threads = o.threads, .activations = load.activations, .attention = load.attention});
   if (!par.ok()) return Fail(par.status());
   if (par->exit_code) return *par->exit_code;  // a rank > 0: it has followed rank 0
   auto kv_dtype = runtime::ParseKvDtype(o.kv_dtype);
   if (!kv_dtype.ok()) return Fail(Status(kv_dtype.status()).WithContext("--kv-dtype"));
   auto ref_kv_dtype = runtime::ParseKvDtype(o.reference_kv_dtype);
   if (!ref_kv_dtype.ok()) return Fail(Status(ref_kv_dtype.status()).WithContext("--reference-kv-dtype"));
+  if (Status st = CheckAttentionCache(o.attention, o.kv_dtype); !st.ok()) return Fail(st);
   auto text = ReadTextFile(o.file);
   if (!text.ok()) return Fail(text.status());
   // One pool for both models: they run one after the other.
@@ -92,12 +94,14 @@ int Run(const PerplexityOptions& o) {
                                 {"context", p.context},
                                 {"stride", p.stride},
                                 {"activations", o.activations},
+                                {"attention", AttentionName((*model)->attention_math(), *kv_dtype)},
                                 {"evaluated_tokens", r->evaluated_tokens},
                                 {"seconds", r->seconds},
                                 {"tokens_per_second", r->tokens_per_second()}};
     if (r->has_reference) {
       const auto& c = r->reference;
       j["reference"] = {{"model", o.reference},        {"activations", o.reference_activations},
+                        {"attention", AttentionName(reference->attention_math(), *ref_kv_dtype)},
                         {"perplexity", c.perplexity}, {"mean_nll", c.mean_nll},
                         {"mean_kl", c.mean_kl},         {"kl_p99", c.kl_p99},         {"max_kl", c.max_kl},
                         {"top1_agreement", c.top1_agreement}};
@@ -112,8 +116,11 @@ int Run(const PerplexityOptions& o) {
                 r->tokens_per_second());
     if (r->has_reference) {
       const auto& c = r->reference;
-      std::printf("reference %s (activations %s; this model: %s): perplexity %.4f (%+.3f%% for this model)\n",
-                  o.reference.c_str(), o.reference_activations.c_str(), o.activations.c_str(), c.perplexity,
+      std::printf("reference %s (activations %s, attention %s; this model: %s, %s): perplexity %.4f (%+.3f%% for "
+                  "this model)\n",
+                  o.reference.c_str(), o.reference_activations.c_str(),
+                  AttentionName(reference->attention_math(), *ref_kv_dtype), o.activations.c_str(),
+                  AttentionName((*model)->attention_math(), *kv_dtype), c.perplexity,
                   100.0 * (r->perplexity / c.perplexity - 1.0));
       std::printf("KL(reference || model): mean %.6f nats, 99th percentile %.6f, max %.6f; same top token %.2f%%\n",
                   c.mean_kl, c.kl_p99, c.max_kl, 100.0 * c.top1_agreement);
@@ -133,6 +140,7 @@ void AddPerplexity(CLI::App& app, Runner& run) {
       ->check(CLI::PositiveNumber);
   AddThreadsFlag(cmd, o->threads);
   AddActivationsFlag(cmd, o->activations);
+  AddAttentionFlag(cmd, o->attention);
   AddWeightMemoryFlags(cmd, o->weights);
   AddParallelFlag(cmd, o->parallel);
   AddActivationsFlag(cmd, o->reference_activations, "--reference-activations");

@@ -38,7 +38,7 @@ int Run(const ServeFlags& f) {
   if (f.reasoning_format != "separate" && f.reasoning_format != "inline")
     return Fail(Error("--reasoning-format: expected separate or inline, found '{}'", f.reasoning_format));
   if (f.port < 0 || f.port > 65535) return Fail(Error("--port: expected 0-65535, found {}", f.port));
-  const LoadOptions load{.threads = f.engine.threads, .activations = ActivationsOf(f.engine.activations), .weights = f.engine.weights};
+  const LoadOptions load{.threads = f.engine.threads, .activations = ActivationsOf(f.engine.activations), .attention = AttentionOf(f.engine.attention), .weights = f.engine.weights};
   auto par = StartParallel(f.engine.parallel, f.model, load);
   if (!par.ok()) return Fail(par.status());
   if (par->exit_code) return *par->exit_code;  // a rank > 0: it has followed rank 0

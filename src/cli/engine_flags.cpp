@@ -28,6 +28,23 @@ void AddActivationsFlag(CLI::App* cmd, std::string& value, const std::string& na
       ->check(CLI::IsMember({"auto", "exact", "int8", "bf16", "int8+bf16", "int8+int8"}));
 }
 
+void AddAttentionFlag(CLI::App* cmd, std::string& value) {
+  cmd->add_option("--attention", value,
+                  "How attention forms its products: auto (the default: bf16 where the CPU has AVX-512 BF16 and "
+                  "--activations takes a fast path for some weight, exact otherwise); exact (fp32 products, the KV "
+                  "cache widened exactly); bf16 (the query and the softmax weights rounded to bf16, K and V as "
+                  "cached in bf16, vdpbf16ps: half the instructions per cached position, so long contexts decode "
+                  "faster; needs AVX-512 BF16 and the bf16 KV cache). The README gives what it costs")
+      ->check(CLI::IsMember({"auto", "exact", "bf16"}));
+}
+
+Status CheckAttentionCache(const std::string& attention, const std::string& kv_dtype) {
+  if (attention == "bf16" && kv_dtype == "f32")
+    return Error("--attention bf16 reads keys and values as cached in bf16, and --kv-dtype f32 caches them in fp32: "
+                 "use one or the other (--attention auto computes exactly with an fp32 cache)");
+  return Status::Ok();
+}
+
 void AddWeightMemoryFlags(CLI::App* cmd, WeightMemory& value) {
   auto* map = cmd->add_flag_callback(
       "--mmap", [&value] { value = WeightMemory::kMap; },
@@ -44,6 +61,7 @@ void AddWeightMemoryFlags(CLI::App* cmd, WeightMemory& value) {
 void AddEngineFlags(CLI::App* cmd, EngineFlags& f, bool serving) {
   AddThreadsFlag(cmd, f.threads);
   AddActivationsFlag(cmd, f.activations);
+  AddAttentionFlag(cmd, f.attention);
   AddWeightMemoryFlags(cmd, f.weights);
   AddParallelFlag(cmd, f.parallel);
   cmd->add_option("--kv-memory", f.kv_memory,
@@ -75,6 +93,7 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags& f, bool serving) {
 
 Result<runtime::EngineOptions> ResolveEngineFlags(const EngineFlags& f, const ModelConfig& config) {
   runtime::EngineOptions o;
+  M2_RETURN_IF_ERROR(CheckAttentionCache(f.attention, f.kv_dtype));
   M2_ASSIGN_OR_RETURN(o.kv_dtype, runtime::ParseKvDtype(f.kv_dtype));
   o.kv_memory_gib = f.kv_memory;
   o.kv_tokens = f.kv_tokens;

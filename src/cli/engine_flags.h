@@ -15,6 +15,7 @@ namespace m2::cli {
 struct EngineFlags {
   int threads = 0;  // -t: threads of the forward pass (0: one per available core)
   std::string activations = "auto";  // --activations auto|exact|int8|bf16|int8+bf16|int8+int8
+  std::string attention = "auto";    // --attention auto|exact|bf16
   double kv_memory = 0;
   int64_t kv_tokens = 0;
   std::string kv_dtype = "bf16";
@@ -48,6 +49,20 @@ inline ActivationMode ActivationsOf(const std::string& value, bool everywhere = 
   if (value == "int8+int8") return ActivationMode::kInt8DecodeInt8Prefill;
   if (value == "auto") return ActivationMode::kAuto;
   return value != "int8" ? ActivationMode::kExact : everywhere ? ActivationMode::kInt8 : ActivationMode::kInt8Decode;
+}
+
+// --attention auto|exact|bf16 into `value`: how attention forms its products
+// (AttentionChoice, model.h). Every command that runs the model has it.
+void AddAttentionFlag(CLI::App* cmd, std::string& value);
+inline AttentionChoice AttentionOf(const std::string& value) {
+  return value == "bf16" ? AttentionChoice::kBf16 : value == "exact" ? AttentionChoice::kExact : AttentionChoice::kAuto;
+}
+// --attention bf16 with --kv-dtype f32 is an error (bf16 products read the cache as bf16).
+Status CheckAttentionCache(const std::string& attention, const std::string& kv_dtype);
+// How attention computes with this cache: "bf16" for AttentionMath::kBf16 over a bf16
+// cache, "exact" otherwise (an fp32 cache takes exact products: kernels/attention.h).
+inline const char* AttentionName(AttentionMath math, KvDtype kv) {
+  return math == AttentionMath::kBf16 && kv == KvDtype::kBf16 ? "bf16" : "exact";
 }
 
 // --mmap / --no-mmap into `value` (neither: kAuto): whether the weight files are mapped or

@@ -87,8 +87,12 @@ void AttendQueriesPortable(const float* q, int64_t q_stride, int64_t nq, int64_t
   }
 }
 
+bool AttentionBf16Available() { return ActiveIsa() == KernelIsa::kAvx512 && Cpu().avx512_bf16; }
+
 void AttendQueries(const float* q, int64_t q_stride, int64_t nq, int64_t group, int64_t D, const KvHeadView& kv,
-                   float scale, float* scratch, float* out, int64_t out_stride) {
+                   float scale, float* scratch, float* out, int64_t out_stride, AttentionMath math) {
+  if (math == AttentionMath::kBf16 && AttentionBf16Available())
+    return AttendQueriesAvx512Bf16(q, q_stride, nq, group, D, kv, scale, scratch, out, out_stride);
   switch (ActiveIsa()) {
     case KernelIsa::kAvx512: return AttendQueriesAvx512(q, q_stride, nq, group, D, kv, scale, scratch, out, out_stride);
     case KernelIsa::kAvx2: return AttendQueriesAvx2(q, q_stride, nq, group, D, kv, scale, scratch, out, out_stride);

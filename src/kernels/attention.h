@@ -31,6 +31,16 @@ struct KvHeadView {
   KvDtype dtype = KvDtype::kF32;
 };
 
+// How attention forms its products. kExact: fp32 products of the fp32 query with K and of
+// the fp32 softmax weights with V (a bf16 cache widened exactly), fp32 sums. kBf16 (CPUs
+// with AVX-512 BF16 and a bf16 cache; AttentionBf16Available): the query and the softmax
+// weights rounded to bf16 (a relative 2^-9 at most), K and V as stored, the products summed
+// in fp32 by vdpbf16ps: half the instructions per cached position, so a long context costs
+// less (README, "bf16 attention"). Elsewhere (another CPU, an fp32 cache, head_dim not a
+// multiple of 32) kBf16 computes as kExact.
+enum class AttentionMath : uint8_t { kExact, kBf16 };
+bool AttentionBf16Available();
+
 // dst[0..n) = src[0..n) in `dtype` (bf16: round to nearest even, NaN stays NaN).
 void StoreKv(const float* src, int64_t n, KvDtype dtype, void* dst);
 // dst[0..n) = src[0..n) widened to fp32 (exact).
@@ -48,9 +58,11 @@ void AttendGroup(const float* q, int64_t group, int64_t head_dim, const KvHeadVi
 // cache rows instead of each reading them from memory). scratch: room for nq * group *
 // (kv.length + nq - 1) floats.
 void AttendQueries(const float* q, int64_t q_stride, int64_t nq, int64_t group, int64_t head_dim, const KvHeadView& kv,
-                   float scale, float* scratch, float* out, int64_t out_stride);
+                   float scale, float* scratch, float* out, int64_t out_stride,
+                   AttentionMath math = AttentionMath::kExact);
 
-// Implementations (attention_avx512.cpp, attention_avx2.cpp, attention.cpp).
+// Implementations (attention_avx512.cpp, attention_avx512bf16.cpp, attention_avx2.cpp,
+// attention.cpp).
 void AttendGroupPortable(const float* q, int64_t group, int64_t head_dim, const KvHeadView& kv, float scale,
                          float* scratch, float* out);
 void AttendGroupAvx512(const float* q, int64_t group, int64_t head_dim, const KvHeadView& kv, float scale,
@@ -61,6 +73,8 @@ void AttendQueriesPortable(const float* q, int64_t q_stride, int64_t nq, int64_t
                            const KvHeadView& kv, float scale, float* scratch, float* out, int64_t out_stride);
 void AttendQueriesAvx512(const float* q, int64_t q_stride, int64_t nq, int64_t group, int64_t head_dim,
                          const KvHeadView& kv, float scale, float* scratch, float* out, int64_t out_stride);
+void AttendQueriesAvx512Bf16(const float* q, int64_t q_stride, int64_t nq, int64_t group, int64_t head_dim,
+                             const KvHeadView& kv, float scale, float* scratch, float* out, int64_t out_stride);
 void AttendQueriesAvx2(const float* q, int64_t q_stride, int64_t nq, int64_t group, int64_t head_dim,
                        const KvHeadView& kv, float scale, float* scratch, float* out, int64_t out_stride);
 

@@ -145,11 +145,11 @@ void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t
       kv.block_stride = sv.pool->block_stride(layer);
       kv.dtype = sv.pool->dtype();
       kv.block_tokens = sv.pool->block_tokens();
-      kv.head_offset = g * kv.block_tokens * D;  // head-major blocks (kv_cache.h)
+      kv.head_offset = g * sv.pool->head_stride(layer);  // a plane per head (kv_cache.h)
       kv.row_stride = D;
       kv.length = slots[t].pos + 1;  // causal: the tile's first token attends 0..pos, the next one more
       AttendQueries(&s.q[t * qd + g * group * D], qd, nq, group, D, kv, scale, scores.data(),
-                    &s.attn[t * qd + g * group * D], qd);
+                    &s.attn[t * qd + g * group * D], qd, w.math);
     }
   });
   if (trace) trace->Record(name("attn_heads"), s.attn.data(), {n, H, D});

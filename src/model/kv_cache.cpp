@@ -24,11 +24,15 @@ char* MapZeroed(size_t bytes) {
   if (bytes == 0) return nullptr;
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   M2_CHECK(p != MAP_FAILED, "cannot map {} bytes for the KV cache", bytes);
-  // 2 MiB pages where THP allows (its "madvise" mode needs the hint; a hint only): a head's
-  // rows are 4 KiB runs 32 KiB apart (head-major blocks), a new 4 KiB page per block, and
-  // at long contexts the TLB misses showed: context 8192 vs 128 on the FP8 slice (2 threads,
-  // Intel VM) 1.144-1.163x against 1.157-1.170x, three alternating pairs. Memory is
-  // committed 2 MiB at a time as blocks are first written (MAP_NORESERVE as before).
+  // 2 MiB pages where THP allows (its "madvise" mode needs the hint; a hint only). When a
+  // head's rows were 4 KiB runs 32 KiB apart (blocks holding every head), at long contexts
+  // the TLB misses showed: context 8192 vs 128 on the FP8 slice (2 threads, Intel VM)
+  // 1.144-1.163x against 1.157-1.170x, three alternating pairs. With a plane per head
+  // (each head's rows one run) decode attention from memory is still 10-15% faster on 2 MiB
+  // pages (gemv_bench --attention, Zen 4 VM: 5.1-5.7 against 6.0-6.8 ms for 128 MiB of K and V
+  // with bf16 products). Memory is committed 2 MiB of a plane at a time as blocks are first
+  // written (MAP_NORESERVE): a first block commits up to 2 MiB per plane (2 x KV heads planes
+  // per layer), never more than the pool's arenas, i.e. its budget.
   (void)madvise(p, bytes, MADV_HUGEPAGE);
   return static_cast<char*>(p);
 }
@@ -56,6 +60,8 @@ KvBlockPool::KvBlockPool(CacheLayout layout, int64_t max_blocks)
     if (l.kind == LayerCacheKind::kRecurrentState) checkpoint_floats_ += l.state_floats;
     half_elems_.push_back(half);
     half_bytes_.push_back(half * eb);
+    row_block_elems_.push_back(l.kind == LayerCacheKind::kKeyValue ? layout_.block_tokens * l.head_dim : 0);
+    kv_heads_.push_back(l.kind == LayerCacheKind::kKeyValue ? l.kv_heads : 0);
     block_elems_ += 2 * half;
   }
   arenas_.assign(layout_.layers.size(), nullptr);
@@ -73,12 +79,15 @@ KvBlockPool::~KvBlockPool() {
 }
 
 Status KvBlockPool::Grow(int64_t blocks) {
+  const int64_t eb = KvDtypeBytes(layout_.kv_dtype);
   for (size_t l = 0; l < arenas_.size(); ++l) {
     const size_t bytes = static_cast<size_t>(blocks * 2 * half_bytes_[l]);
     if (bytes == 0) continue;
     char* fresh = MapZeroed(bytes);
-    if (arenas_[l] != nullptr) {
-      std::memcpy(fresh, arenas_[l], arena_bytes_[l]);
+    if (arenas_[l] != nullptr) {  // each plane (K or V of a head) to its place in the larger arena
+      const int64_t plane_old = capacity_ * row_block_elems_[l] * eb, plane_new = blocks * row_block_elems_[l] * eb;
+      for (int64_t p = 0; p < 2 * kv_heads_[l]; ++p)
+        std::memcpy(fresh + p * plane_new, arenas_[l] + p * plane_old, static_cast<size_t>(plane_old));
       munmap(arenas_[l], arena_bytes_[l]);
     }
     arenas_[l] = fresh;
@@ -155,26 +164,29 @@ void KvBlockPool::CopyBlock(int32_t from, int32_t to) {
     std::lock_guard<std::mutex> lock(mirror_->mu);
     mirror_->copies.push_back({id_, from, to});
   }
+  const int64_t eb = KvDtypeBytes(layout_.kv_dtype);
   for (size_t l = 0; l < arenas_.size(); ++l) {
-    const int64_t bytes = 2 * half_bytes_[l];
-    if (bytes == 0) continue;
-    std::memcpy(arenas_[l] + to * bytes, arenas_[l] + from * bytes, static_cast<size_t>(bytes));
+    const int64_t bytes = row_block_elems_[l] * eb, plane = capacity_ * bytes;
+    for (int64_t p = 0; p < 2 * kv_heads_[l]; ++p)
+      std::memcpy(arenas_[l] + p * plane + to * bytes, arenas_[l] + p * plane + from * bytes, static_cast<size_t>(bytes));
   }
 }
 
-void* KvBlockPool::KData(int32_t block, int64_t layer) {
-  return static_cast<char*>(KBase(layer)) + block * 2 * half_bytes_[static_cast<size_t>(layer)];
+void* KvBlockPool::KData(int32_t block, int64_t layer, int64_t head) {
+  return static_cast<char*>(KBase(layer)) + (head * head_stride(layer) + block * block_stride(layer)) *
+                                                KvDtypeBytes(layout_.kv_dtype);
 }
-void* KvBlockPool::VData(int32_t block, int64_t layer) {
-  return static_cast<char*>(KData(block, layer)) + half_bytes_[static_cast<size_t>(layer)];
+void* KvBlockPool::VData(int32_t block, int64_t layer, int64_t head) {
+  return static_cast<char*>(VBase(layer)) + (head * head_stride(layer) + block * block_stride(layer)) *
+                                                KvDtypeBytes(layout_.kv_dtype);
 }
-float* KvBlockPool::K(int32_t block, int64_t layer) {
+float* KvBlockPool::K(int32_t block, int64_t layer, int64_t head) {
   M2_CHECK(layout_.kv_dtype == KvDtype::kF32, "fp32 access to a {} KV cache", KvDtypeName(layout_.kv_dtype));
-  return static_cast<float*>(KData(block, layer));
+  return static_cast<float*>(KData(block, layer, head));
 }
-float* KvBlockPool::V(int32_t block, int64_t layer) {
+float* KvBlockPool::V(int32_t block, int64_t layer, int64_t head) {
   M2_CHECK(layout_.kv_dtype == KvDtype::kF32, "fp32 access to a {} KV cache", KvDtypeName(layout_.kv_dtype));
-  return static_cast<float*>(VData(block, layer));
+  return static_cast<float*>(VData(block, layer, head));
 }
 
 uint64_t KvBlockPool::Register(int32_t block, uint64_t parent, std::span<const int32_t> tokens) {
@@ -456,14 +468,13 @@ void* SequenceCache::KRaw(int64_t layer, int64_t pos, int64_t head) {
   const int64_t bt = pool_->block_tokens();
   const auto& spec = pool_->layout().layers[static_cast<size_t>(layer)];
   M2_CHECK(head >= 0 && head < spec.kv_heads, "KV head {} outside [0, {})", head, spec.kv_heads);
-  return static_cast<char*>(pool_->KData(blocks_[static_cast<size_t>(pos / bt)], layer)) +
-         (head * bt + pos % bt) * spec.head_dim * KvDtypeBytes(pool_->dtype());
+  return static_cast<char*>(pool_->KData(blocks_[static_cast<size_t>(pos / bt)], layer, head)) +
+         pos % bt * spec.head_dim * KvDtypeBytes(pool_->dtype());
 }
 
 void* SequenceCache::VRaw(int64_t layer, int64_t pos, int64_t head) {
-  const auto& spec = pool_->layout().layers[static_cast<size_t>(layer)];
-  return static_cast<char*>(KRaw(layer, pos, head)) + pool_->block_tokens() * spec.kv_heads * spec.head_dim *
-                                                           KvDtypeBytes(pool_->dtype());
+  const char* k = static_cast<const char*>(KRaw(layer, pos, head));  // checks pos and head
+  return static_cast<char*>(pool_->VBase(layer)) + (k - static_cast<const char*>(pool_->KBase(layer)));
 }
 
 float* SequenceCache::K(int64_t layer, int64_t pos, int64_t head) {

@@ -6,10 +6,13 @@
 //
 // Keys and values live in fixed-size blocks of `block_tokens` positions, taken from a
 // KvBlockPool shared by all sequences. A block is an integer id; each KV layer has its
-// own arena, and block b of layer l is the slice [b * block_stride(l), (b + 1) *
-// block_stride(l)) of it: K then V, each head-major [kv_heads][block_tokens][head_dim],
-// so one head's rows are contiguous (attention streams them; token-major rows of one
-// head would be a page apart at M2's sizes, defeating the prefetcher and the TLB).
+// own arena of planes, one per (K or V, KV head): [2][kv_heads][capacity][block_tokens]
+// [head_dim]. Block b's rows of a head are the slice [b * block_stride(l), (b + 1) *
+// block_stride(l)) of that head's plane, so a sequence whose blocks were taken in order
+// has each head's keys (and values) in one run of memory, which attention streams.
+// (Blocks used to hold every head's rows, head after head: a head's rows then came in 4 KiB
+// runs 32 KiB apart, which the hardware prefetchers do not follow, and decode attention at
+// context 8192 read its cache at half the speed: gemv_bench --attention, README.)
 // Elements are fp32 or bf16 (CacheLayout::kv_dtype). A sequence's block table is a
 // list of ids, valid for every layer at once, so a forward pass computes it once.
 //
@@ -103,17 +106,22 @@ class KvBlockPool {
   // when the pool grows without bound.
   int64_t available_blocks() const;
 
-  // Layer `layer`'s arena: block b's K at KBase + b * block_stride elements, V at
-  // VBase + b * block_stride (V is K + block_stride / 2).
+  // Layer `layer`'s arena: block b's K rows of head h at KBase + h * head_stride + b *
+  // block_stride elements (block_tokens rows of head_dim), its V rows at VBase + the same.
+  // Valid until the pool grows (Allocate, Reserve): a forward pass takes them after its
+  // Extends.
   void* KBase(int64_t layer) { return arenas_[static_cast<size_t>(layer)]; }
-  void* VBase(int64_t layer) { return static_cast<char*>(KBase(layer)) + half_bytes_[static_cast<size_t>(layer)]; }
-  int64_t block_stride(int64_t layer) const { return 2 * half_elems_[static_cast<size_t>(layer)]; }
-  // K or V of `layer` in `block`: [kv_heads, block_tokens, head_dim] elements of dtype().
-  void* KData(int32_t block, int64_t layer);
-  void* VData(int32_t block, int64_t layer);
+  void* VBase(int64_t layer) {
+    return static_cast<char*>(KBase(layer)) + capacity_ * half_bytes_[static_cast<size_t>(layer)];
+  }
+  int64_t block_stride(int64_t layer) const { return row_block_elems_[static_cast<size_t>(layer)]; }
+  int64_t head_stride(int64_t layer) const { return capacity_ * row_block_elems_[static_cast<size_t>(layer)]; }
+  // K or V of `layer` in `block`, KV head `head`: [block_tokens, head_dim] elements of dtype().
+  void* KData(int32_t block, int64_t layer, int64_t head = 0);
+  void* VData(int32_t block, int64_t layer, int64_t head = 0);
   // The same as fp32 pointers: only for a pool of fp32 (checked).
-  float* K(int32_t block, int64_t layer);
-  float* V(int32_t block, int64_t layer);
+  float* K(int32_t block, int64_t layer, int64_t head = 0);
+  float* V(int32_t block, int64_t layer, int64_t head = 0);
 
   int64_t blocks_in_use() const { return in_use_; }  // referenced by a sequence
   int64_t blocks_cached() const { return static_cast<int64_t>(lru_.size()); }  // unreferenced, kept for reuse
@@ -178,7 +186,9 @@ class KvBlockPool {
   int64_t capacity_ = 0;  // blocks the arenas hold
   int64_t block_elems_ = 0;
   bool has_recurrent_ = false;
-  std::vector<int64_t> half_elems_, half_bytes_;  // per layer: K (or V) of one block
+  std::vector<int64_t> half_elems_, half_bytes_;  // per layer: K (or V) of one block, every head
+  std::vector<int64_t> row_block_elems_;          // per layer: one head's rows of one block
+  std::vector<int64_t> kv_heads_;                 // per layer (0 for recurrent layers)
   std::vector<char*> arenas_;                     // per layer (null for recurrent layers)
   std::vector<size_t> arena_bytes_;
   std::vector<int32_t> refs_;
@@ -256,9 +266,9 @@ class SequenceCache {
   void* VRaw(int64_t layer, int64_t pos, int64_t head = 0);
   float* K(int64_t layer, int64_t pos, int64_t head = 0);
   float* V(int64_t layer, int64_t pos, int64_t head = 0);
-  // K / V of `layer` in the i-th block of this sequence (fp32 pools only).
-  const float* KBlock(int64_t layer, size_t i) const { return pool_->K(blocks_[i], layer); }
-  const float* VBlock(int64_t layer, size_t i) const { return pool_->V(blocks_[i], layer); }
+  // K / V rows of `layer`, KV head `head`, in the i-th block of this sequence (fp32 pools only).
+  const float* KBlock(int64_t layer, size_t i, int64_t head = 0) const { return pool_->K(blocks_[i], layer, head); }
+  const float* VBlock(int64_t layer, size_t i, int64_t head = 0) const { return pool_->V(blocks_[i], layer, head); }
   int64_t block_tokens() const { return pool_->block_tokens(); }
   KvBlockPool* pool() const { return pool_; }
   // The fixed-size state of a recurrent layer.

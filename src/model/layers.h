@@ -35,7 +35,8 @@ struct SeqView {
   void* At(void* base, int64_t layer, int64_t pos, int64_t head) const {
     const int64_t bt = pool->block_tokens(), d = pool->layout().layers[static_cast<size_t>(layer)].head_dim;
     const int64_t eb = KvDtypeBytes(pool->dtype());
-    return static_cast<char*>(base) + (blocks[pos / bt] * pool->block_stride(layer) + (head * bt + pos % bt) * d) * eb;
+    return static_cast<char*>(base) +
+           (head * pool->head_stride(layer) + blocks[pos / bt] * pool->block_stride(layer) + pos % bt * d) * eb;
   }
 };
 

@@ -65,6 +65,13 @@ struct MtpBatch {
   size_t size() const { return tokens.size(); }
 };
 
+// LoadOptions::attention: how softmax attention forms its products (kernels/attention.h).
+// kAuto: bf16 products (AttentionMath::kBf16) where the CPU has them and the activations
+// already take a fast path somewhere (some weight's ActivationMode is not kExact), exact
+// otherwise; so exact activations keep exact attention. kBf16 on a CPU without AVX-512 BF16
+// is an error.
+enum class AttentionChoice : uint8_t { kAuto, kExact, kBf16 };
+
 // The threads of a model's forward pass come from here, never from a global pool: a model
 // either shares a pool it is handed or owns one of its own, so a server, a benchmark and
 // several models can each run on threads of their choice in one process.
@@ -86,6 +93,7 @@ struct LoadOptions {
   // exact for everything else (the CLI's default; model.cpp says why). The default here
   // stays kExact: a program that embeds the model chooses.
   ActivationMode activations = ActivationMode::kExact;
+  AttentionChoice attention = AttentionChoice::kAuto;
   // Where the weights live (io/tensor_store.h): mapped (the default here), read into
   // anonymous memory, or auto (read where they fit; the CLI's default). Ranks of a split
   // model map them under auto.
@@ -114,6 +122,8 @@ class Model {
 
   const ModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return weights_; }
+  // How attention forms its products (LoadOptions::attention as resolved on load).
+  AttentionMath attention_math() const { return attention_math_; }
   const TensorStore& store() const { return *store_; }
   // The pool the forward pass runs on, and a way to switch it (e.g. a benchmark comparing
   // thread counts on one loaded model): SetPool(&p) uses p from the next call on (not
@@ -218,6 +228,7 @@ class Model {
   std::unordered_map<uint64_t, std::unique_ptr<KvBlockPool>> peer_pools_;  // ranks > 0: rank 0's pools
   std::vector<char> message_;
   int64_t weight_bytes_ = 0, forwards_ = 0;
+  AttentionMath attention_math_ = AttentionMath::kExact;
   double forward_seconds_ = 0, forward_comm_seconds_ = 0;
   // Counts a forward pass that began at t0 with the communicator's clock at comm0.
   void CountForward(std::chrono::steady_clock::time_point t0, double comm0);

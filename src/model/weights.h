@@ -17,6 +17,7 @@
 
 #include "base/status.h"
 #include "io/tensor_store.h"
+#include "kernels/attention.h"
 #include "kernels/linear.h"
 #include "model/config.h"
 
@@ -25,6 +26,9 @@ namespace m2 {
 struct AttentionWeights {
   LinearWeight q, k, v, o;                // q [H*D, hidden], k/v [KV*D, hidden], o [hidden, H*D]
   std::vector<float> q_norm, k_norm;      // [H*D], [KV*D]; empty when use_qk_norm is false
+  // How the layer forms its attention products; set by the model on load
+  // (LoadOptions::attention).
+  AttentionMath math = AttentionMath::kExact;
 };
 
 // A Lightning layer of the hybrids (MODEL_SPEC.md section 2; transformers'

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -90,7 +91,7 @@ uint32_t Bits(float f) { return std::bit_cast<uint32_t>(f); }
 // of summation, and tensor parallelism gives a rank part of a group (parallel.h): a head's
 // output must be the same bits whether it is attended with its whole group or in parts,
 // and whatever the block size (one row per block: every row scored alone).
-void CheckSameBits(const char* name, const Kernel& kernel) {
+void CheckSameBits(const char* name, const Kernel& kernel, bool per_row = true) {
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBf16})
@@ -121,16 +122,30 @@ void CheckSameBits(const char* name, const Kernel& kernel) {
         for (int64_t i = 0; i < group * D; ++i) {
           ASSERT_EQ(Bits(part[i]), Bits(whole[i])) << name << " " << KvDtypeName(dtype) << ": group " << group
                                                    << " in parts, length " << len << " element " << i;
-          ASSERT_EQ(Bits(rows[i]), Bits(whole[i])) << name << " " << KvDtypeName(dtype) << ": group " << group
+          if (per_row)
+            ASSERT_EQ(Bits(rows[i]), Bits(whole[i])) << name << " " << KvDtypeName(dtype) << ": group " << group
                                                    << " one row per block, length " << len << " element " << i;
         }
       }
+}
+
+// AttentionMath::kBf16 through the dispatcher (exact where the CPU lacks AVX-512 BF16).
+void AttendGroupBf16Math(const float* q, int64_t group, int64_t D, const KvHeadView& kv, float scale, float* scratch,
+                         float* out) {
+  AttendQueries(q, group * D, 1, group, D, kv, scale, scratch, out, group * D, AttentionMath::kBf16);
+}
+void AttendQueriesBf16Math(const float* q, int64_t q_stride, int64_t nq, int64_t group, int64_t D, const KvHeadView& kv,
+                           float scale, float* scratch, float* out, int64_t out_stride) {
+  AttendQueries(q, q_stride, nq, group, D, kv, scale, scratch, out, out_stride, AttentionMath::kBf16);
 }
 
 TEST(AttentionKernels, SameBitsInPartsAndPerRow) {
   if (Cpu().has_avx512()) CheckSameBits("avx512", AttendGroupAvx512);
   if (Cpu().has_avx2()) CheckSameBits("avx2", AttendGroupAvx2);
   CheckSameBits("portable", AttendGroupPortable);
+  // bf16 products pair rows within a block: blocks of one row fall back to exact products,
+  // so only the parts are compared.
+  if (AttentionBf16Available()) CheckSameBits("bf16 products", AttendGroupBf16Math, /*per_row=*/false);
 }
 
 // A prefill's tile: nq query tokens at consecutive positions attended together
@@ -174,6 +189,81 @@ TEST(AttentionKernels, QueriesTogetherGetTheirOwnBits) {
   if (Cpu().has_avx512()) CheckQueries("avx512", AttendQueriesAvx512, AttendGroupAvx512);
   if (Cpu().has_avx2()) CheckQueries("avx2", AttendQueriesAvx2, AttendGroupAvx2);
   CheckQueries("portable", AttendQueriesPortable, AttendGroupPortable);
+  if (AttentionBf16Available()) CheckQueries("bf16 products", AttendQueriesBf16Math, AttendGroupBf16Math);
+}
+
+float RoundBf16(float f) {  // round to nearest even, as vcvtneps2bf16 (finite inputs)
+  const uint32_t u = Bits(f);
+  return FromBits((u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000u);
+}
+
+// bf16 products (AttentionMath::kBf16) against a double-precision reference of what they
+// promise: the query rounded to bf16, K and V as cached (bf16), scores and softmax in
+// double, the weights rounded to bf16, their products with V summed exactly. The kernel
+// sums scores and outputs in fp32 in its own order, which could move a weight across a
+// bf16 rounding boundary (2^-8 of it); none does in these inputs (the largest difference
+// is printed, about 1e-6), and outputs are held to 1e-4 (V is of size 1; a wrong row,
+// pair or lane order is off by about 1). Group sizes that do and do not fill the tiles,
+// odd lengths (a last pair of one row), several head dims and block sizes.
+TEST(AttentionKernels, Bf16ProductsMatchARoundedReference) {
+  if (!AttentionBf16Available()) GTEST_SKIP() << "this CPU (or the chosen kernels) has no AVX-512 BF16";
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  double worst = 0;
+  for (int64_t D : {32, 64, 128})
+    for (int64_t group : {1, 5, 6, 8, 13, 16})
+      for (int64_t bt : {16, 64})
+        for (int64_t len : {1, 2, 17, 64, 201}) {
+          const Arena a(D, bt, len, 2, 1, KvDtype::kBf16, rng);
+          std::vector<float> q(group * D), scratch(group * len), got(group * D, NAN);
+          for (auto& f : q) f = 2.0f * nd(rng);
+          const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+          AttendQueries(q.data(), group * D, 1, group, D, a.view, scale, scratch.data(), got.data(), group * D,
+                        AttentionMath::kBf16);
+          std::vector<float> kr(len * D), vr(len * D);
+          for (int64_t j = 0; j < len; ++j) {
+            const int64_t off = a.ids[j / bt] * a.view.block_stride + a.view.head_offset + (j % bt) * D;
+            LoadKv(a.k.data() + 2 * off, D, KvDtype::kBf16, kr.data() + j * D);
+            LoadKv(a.v.data() + 2 * off, D, KvDtype::kBf16, vr.data() + j * D);
+          }
+          for (int64_t h = 0; h < group; ++h) {
+            std::vector<double> s(len);
+            double m = -INFINITY, sum = 0;
+            for (int64_t j = 0; j < len; ++j) {
+              double dot = 0;
+              for (int64_t d = 0; d < D; ++d) dot += double{RoundBf16(q[h * D + d])} * kr[j * D + d];
+              s[j] = dot * scale;
+              m = std::max(m, s[j]);
+            }
+            for (int64_t j = 0; j < len; ++j) sum += (s[j] = std::exp(s[j] - m));
+            for (int64_t d = 0; d < D; ++d) {
+              double want = 0;
+              for (int64_t j = 0; j < len; ++j) want += double{RoundBf16(static_cast<float>(s[j] / sum))} * vr[j * D + d];
+              worst = std::max(worst, std::fabs(got[h * D + d] - want));
+              ASSERT_NEAR(got[h * D + d], want, 1e-4) << "D " << D << " group " << group << " block " << bt
+                                                      << " length " << len << " head " << h << " element " << d;
+            }
+          }
+        }
+  std::printf("largest difference from the rounded reference: %.3g\n", worst);
+}
+
+// Where bf16 products do not apply they are the exact ones, bit for bit: an fp32 cache,
+// and on a CPU without AVX-512 BF16 (or with M2_KERNELS choosing other kernels) everything.
+TEST(AttentionKernels, Bf16ProductsFallBackToExactBits) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBf16}) {
+    if (dtype == KvDtype::kBf16 && AttentionBf16Available()) continue;
+    const int64_t D = 128, group = 6, len = 77;
+    const Arena a(D, 16, len, 2, 1, dtype, rng);
+    std::vector<float> q(group * D), scratch(group * len), want(group * D), got(group * D);
+    for (auto& f : q) f = 2.0f * nd(rng);
+    AttendQueries(q.data(), group * D, 1, group, D, a.view, 0.1f, scratch.data(), want.data(), group * D);
+    AttendQueries(q.data(), group * D, 1, group, D, a.view, 0.1f, scratch.data(), got.data(), group * D,
+                  AttentionMath::kBf16);
+    for (int64_t i = 0; i < group * D; ++i) ASSERT_EQ(Bits(got[i]), Bits(want[i])) << KvDtypeName(dtype) << " " << i;
+  }
 }
 
 // bf16 storage changes only the stored values: on inputs already rounded to bf16, the

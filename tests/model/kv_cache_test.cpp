@@ -12,32 +12,54 @@ CacheLayout Layout() {
   return l;
 }
 
-// Blocks are head-major: one head's rows are contiguous within a block, heads follow
-// each other, K and V of a layer are apart; every (layer, pos, head) row is its own.
-TEST(KvCacheTest, HeadMajorBlocks) {
+// A plane per (K or V, head): within a block a head's rows are contiguous, and blocks taken
+// in order continue each other, so a sequence's rows of a head are one run of memory;
+// heads and K / V are planes apart; every (layer, pos, head) row is its own, and growing
+// the pool (16 blocks at first, doubled as needed) moves every plane with its contents.
+TEST(KvCacheTest, APlanePerHead) {
   CacheLayout l;
   l.block_tokens = 4;
   l.layers = {{LayerCacheKind::kKeyValue, 3, 8, 0}, {LayerCacheKind::kKeyValue, 3, 8, 0}};
   KvBlockPool pool(l);
   SequenceCache c(&pool);
   ASSERT_TRUE(c.Extend(7).ok());
-  EXPECT_EQ(c.K(0, 1, 0) - c.K(0, 0, 0), 8);      // next position, same head
-  EXPECT_EQ(c.K(0, 0, 1) - c.K(0, 0, 0), 4 * 8);  // next head
-  EXPECT_EQ(c.K(1, 2, 2) - c.KBlock(1, 0), (2 * 4 + 2) * 8);
-  EXPECT_EQ(c.V(1, 5, 1) - c.VBlock(1, 1), (1 * 4 + 1) * 8);
-  float v = 0;
-  for (int64_t layer = 0; layer < 2; ++layer)
-    for (int64_t p = 0; p < 7; ++p)
-      for (int64_t g = 0; g < 3; ++g)
-        for (int64_t d = 0; d < 8; ++d) c.K(layer, p, g)[d] = v++, c.V(layer, p, g)[d] = v++;
-  v = 0;
-  for (int64_t layer = 0; layer < 2; ++layer)
-    for (int64_t p = 0; p < 7; ++p)
-      for (int64_t g = 0; g < 3; ++g)
-        for (int64_t d = 0; d < 8; ++d) {
-          EXPECT_EQ(c.K(layer, p, g)[d], v++);
-          EXPECT_EQ(c.V(layer, p, g)[d], v++);
-        }
+  EXPECT_EQ(pool.block_stride(0), 4 * 8);
+  EXPECT_EQ(c.K(0, 1, 0) - c.K(0, 0, 0), 8);  // next position, same head
+  EXPECT_EQ(c.K(0, 4, 1) - c.K(0, 3, 1), 8);  // into the next block: the same run
+  EXPECT_EQ(c.K(0, 0, 1) - c.K(0, 0, 0), pool.head_stride(0));  // next head: the next plane
+  EXPECT_EQ(c.K(1, 2, 2) - c.KBlock(1, 0, 2), 2 * 8);
+  EXPECT_EQ(c.V(1, 5, 1) - c.VBlock(1, 1, 1), 1 * 8);
+  EXPECT_EQ(static_cast<char*>(c.VRaw(0, 0, 0)) - static_cast<char*>(c.KRaw(0, 0, 0)),
+            static_cast<char*>(pool.VBase(0)) - static_cast<char*>(pool.KBase(0)));
+  const auto fill = [&](int64_t len) {
+    float v = 0;
+    for (int64_t layer = 0; layer < 2; ++layer)
+      for (int64_t p = 0; p < len; ++p)
+        for (int64_t g = 0; g < 3; ++g)
+          for (int64_t d = 0; d < 8; ++d) c.K(layer, p, g)[d] = v++, c.V(layer, p, g)[d] = v++;
+  };
+  const auto check = [&](int64_t len) {
+    float v = 0;
+    for (int64_t layer = 0; layer < 2; ++layer)
+      for (int64_t p = 0; p < len; ++p)
+        for (int64_t g = 0; g < 3; ++g)
+          for (int64_t d = 0; d < 8; ++d) {
+            ASSERT_EQ(c.K(layer, p, g)[d], v++) << layer << " " << p << " " << g;
+            ASSERT_EQ(c.V(layer, p, g)[d], v++) << layer << " " << p << " " << g;
+          }
+  };
+  fill(7);
+  check(7);
+  const int64_t planes = pool.head_stride(0);
+  ASSERT_TRUE(c.Extend(20 * 4).ok());  // 20 blocks: the pool grows to 32
+  EXPECT_GT(pool.head_stride(0), planes);
+  check(7);  // moved with the planes
+  fill(20 * 4);
+  check(20 * 4);
+  SequenceCache f = c.Fork();  // a copied block keeps every head's rows
+  ASSERT_TRUE(f.Unshare(0, 20 * 4).ok());
+  for (int64_t g = 0; g < 3; ++g) EXPECT_EQ(f.V(1, 77, g)[5], c.V(1, 77, g)[5]);
+  EXPECT_NE(f.K(1, 77, 2), c.K(1, 77, 2));
 }
 
 TEST(KvCacheTest, ExtendWritesAndReads) {
