@@ -80,7 +80,9 @@ TEST(ChatSession, SplitsReasoningFromContentAndKeepsItInTheHistory) {
             "]~b]ai\n<think>\n");
   EXPECT_EQ(session->messages()[4]["reasoning_content"], "Again thinking");
   // Rendered without a generation prompt, the last reply keeps its reasoning.
-  auto text = chat::RenderChatTemplate(session->messages(), nullptr, {.add_generation_prompt = false});
+  chat::ChatTemplateOptions no_prompt;
+  no_prompt.add_generation_prompt = false;
+  auto text = chat::RenderChatTemplate(session->messages(), nullptr, no_prompt);
   ASSERT_TRUE(text.ok());
   EXPECT_NE(text->find("]~b]ai\n<think>\nAgain thinking\n</think>\n\nSecond answer.[e~[\n"), std::string::npos) << *text;
 }

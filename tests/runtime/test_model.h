@@ -13,6 +13,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -60,6 +61,32 @@ inline void WriteFile(const std::string& path, const std::string& text) {
   out << text;
   ASSERT_TRUE(out.good()) << path;
 }
+
+// When the tests of this process end, removes its files and folders under the test temp dir
+// (named m2_rt_..._<pid>... by MakeTestModel and the CLI tests: the pid stands between
+// underscores or before a dot or the end, so another test process's are left alone).
+class RemoveTestFiles : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    namespace fs = std::filesystem;
+    const std::string pid = std::to_string(getpid());
+    std::error_code ec;
+    std::vector<fs::path> mine;
+    for (const auto& e : fs::directory_iterator(::testing::TempDir(), ec)) {
+      const std::string f = e.path().filename().string();
+      if (f.rfind("m2_rt_", 0) != 0) continue;
+      for (size_t at = f.find(pid); at != std::string::npos; at = f.find(pid, at + 1)) {
+        const size_t end = at + pid.size();
+        if (f[at - 1] == '_' && (end == f.size() || f[end] == '_' || f[end] == '.')) {
+          mine.push_back(e.path());
+          break;
+        }
+      }
+    }
+    for (const auto& p : mine) fs::remove_all(p, ec);
+  }
+};
+inline ::testing::Environment* const kRemoveTestFiles = ::testing::AddGlobalTestEnvironment(new RemoveTestFiles);
 
 // A fresh folder `name` under the test temp dir with the golden model's files, the small
 // tokenizer (unless with_tokenizer is false) and, when given, generation_config.json.
