@@ -30,8 +30,8 @@ void AddActivationsFlag(CLI::App* cmd, std::string& value, const std::string& na
 
 void AddAttentionFlag(CLI::App* cmd, std::string& value) {
   cmd->add_option("--attention", value,
-                  "How attention forms its products: auto (the default: bf16 where the CPU has AVX-512 BF16 and "
-                  "--activations takes a fast path for some weight, exact otherwise); exact (fp32 products, the KV "
+                  "How attention forms its products: auto (the default: bf16 where the CPU has AVX-512 BF16, unless "
+                  "--activations is exact); exact (fp32 products, the KV "
                   "cache widened exactly); bf16 (the query and the softmax weights rounded to bf16, K and V as "
                   "cached in bf16, vdpbf16ps: half the instructions per cached position, so long contexts decode "
                   "faster; needs AVX-512 BF16 and the bf16 KV cache). The README gives what it costs")

@@ -108,8 +108,8 @@ Status SetActivations(ModelWeights& weights, ActivationMode mode) {
   return missing;
 }
 
-// Resolves LoadOptions::attention (model.h) once the weights have their activations.
-Result<AttentionMath> ResolveAttention(ModelWeights& weights, AttentionChoice choice) {
+// Resolves LoadOptions::attention (model.h) for LoadOptions::activations.
+Result<AttentionMath> ResolveAttention(AttentionChoice choice, ActivationMode activations) {
   if (choice == AttentionChoice::kExact) return AttentionMath::kExact;
   if (choice == AttentionChoice::kBf16) {
     if (!AttentionBf16Available())
@@ -118,9 +118,8 @@ Result<AttentionMath> ResolveAttention(ModelWeights& weights, AttentionChoice ch
                    Cpu().Describe(), IsaName(ActiveIsa()));
     return AttentionMath::kBf16;
   }
-  bool fast = false;
-  ForEachLinear(weights, [&](LinearWeight& w) { fast = fast || w.activations != ActivationMode::kExact; });
-  return fast && AttentionBf16Available() ? AttentionMath::kBf16 : AttentionMath::kExact;
+  return activations != ActivationMode::kExact && AttentionBf16Available() ? AttentionMath::kBf16
+                                                                            : AttentionMath::kExact;
 }
 
 }  // namespace
@@ -155,7 +154,7 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& path, const LoadOp
                                                       [&](int64_t i, int64_t) { p.Update(static_cast<uint64_t>(i)); }));
   }
   M2_RETURN_IF_ERROR(SetActivations(m->weights_, opts.activations));
-  M2_ASSIGN_OR_RETURN(m->attention_math_, ResolveAttention(m->weights_, opts.attention));
+  M2_ASSIGN_OR_RETURN(m->attention_math_, ResolveAttention(opts.attention, opts.activations));
   for (LayerWeights& l : m->weights_.layers) l.attn.math = m->attention_math_;
   for (MtpWeights& t : m->weights_.mtp) t.layer.attn.math = m->attention_math_;
   if (opts.pool != nullptr) {

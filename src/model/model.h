@@ -66,10 +66,10 @@ struct MtpBatch {
 };
 
 // LoadOptions::attention: how softmax attention forms its products (kernels/attention.h).
-// kAuto: bf16 products (AttentionMath::kBf16) where the CPU has them and the activations
-// already take a fast path somewhere (some weight's ActivationMode is not kExact), exact
-// otherwise; so exact activations keep exact attention. kBf16 on a CPU without AVX-512 BF16
-// is an error.
+// kAuto: bf16 products (AttentionMath::kBf16) where the CPU has them, unless
+// LoadOptions::activations is kExact (asked for exact: the default here, of m2 perplexity
+// and logits, and the golden tests), which keeps exact attention. kBf16 on a CPU without
+// AVX-512 BF16 is an error.
 enum class AttentionChoice : uint8_t { kAuto, kExact, kBf16 };
 
 // The threads of a model's forward pass come from here, never from a global pool: a model

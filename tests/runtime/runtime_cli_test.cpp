@@ -15,6 +15,7 @@
 #include "base/cpu.h"
 #include "base/mapped_file.h"
 #include "chat/chat_template.h"
+#include "kernels/attention.h"
 #include "kernels/linear_bf16.h"
 #include "kernels/linear_int8.h"
 #include "model/model.h"
@@ -453,6 +454,42 @@ TEST_F(RuntimeCli, Bf16ActivationsAgainstTheExactPath) {
   EXPECT_EQ(bad.code, 1);
   EXPECT_NE(bad.err.find("q8 or q4"), std::string::npos) << bad.err;
   std::filesystem::remove_all(q4);
+}
+
+// --attention: bf16 products cost a little KL against exact attention on the bundled model
+// (same weights and activations, bf16 cache on both sides); auto gives them only where the
+// activations are not exact; bf16 is refused with an fp32 cache, and on a CPU without
+// AVX-512 BF16 (or other kernels chosen).
+TEST_F(RuntimeCli, Bf16AttentionAgainstTheExactPath) {
+  const std::string file = ::testing::TempDir() + "/m2_rt_attn.txt";
+  WriteFile(file, "The cat sat on the mat. It was a sunny day, and the birds were singing. def add(a, b): return a + b");
+  const std::string model = "models/m2-tiny", common = " -f " + file + " --context 128 --json";
+  auto f32 = M2("perplexity -m " + model + " --attention bf16" + common);
+  EXPECT_EQ(f32.code, 1);
+  EXPECT_NE(f32.err.find("--kv-dtype f32"), std::string::npos) << f32.err;
+  auto exact = M2("perplexity -m " + model + " --kv-dtype bf16" + common);  // auto, exact activations
+  ASSERT_EQ(exact.code, 0) << exact.err;
+  EXPECT_EQ(nlohmann::json::parse(exact.out)["attention"], "exact");
+  auto run = M2("perplexity -m " + model + " --attention bf16 --kv-dtype bf16 --reference " + model +
+                " --reference-kv-dtype bf16" + common);
+  if (!AttentionBf16Available()) {
+    EXPECT_EQ(run.code, 1);
+    EXPECT_NE(run.err.find("AVX-512 BF16"), std::string::npos) << run.err;
+    GTEST_SKIP() << "no AVX-512 BF16 here: the refusal was checked";
+  }
+  ASSERT_EQ(run.code, 0) << run.err;
+  auto j = nlohmann::json::parse(run.out);
+  EXPECT_EQ(j["attention"], "bf16");
+  EXPECT_EQ(j["reference"]["attention"], "exact");
+  const double kl = j["reference"]["mean_kl"].get<double>();
+  EXPECT_GT(kl, 0.0);
+  EXPECT_LT(kl, 0.01);
+  EXPECT_GE(j["reference"]["top1_agreement"].get<double>(), 0.9);
+  std::printf("KL: bf16 attention products %.3g, top-1 agreement %.4f\n", kl,
+              j["reference"]["top1_agreement"].get<double>());
+  auto fast = M2("perplexity -m " + model + " --activations bf16 --kv-dtype bf16" + common);  // auto
+  ASSERT_EQ(fast.code, 0) << fast.err;
+  EXPECT_EQ(nlohmann::json::parse(fast.out)["attention"], "bf16");
 }
 
 // --activations int8+int8: a q4 copy of the bundled model prefills its prompts on the int8
