@@ -81,10 +81,11 @@ int Run(const ServeFlags& f) {
   if (Status st = srv.Bind(); !st.ok()) return Fail(st);
   const runtime::EngineStats es = (*engine)->stats();
   std::fprintf(stderr,
-               "m2 serve: listening on http://%s:%d (model '%s'; KV cache %lld tokens in %s; %s)\n"
+               "m2 serve: listening on http://%s:%d (model '%s'; KV cache %lld tokens in %s, attention %s; %s)\n"
                "  OpenAI:    OPENAI_BASE_URL=http://%s:%d/v1\n  Anthropic: ANTHROPIC_BASE_URL=http://%s:%d\n",
                f.host.c_str(), srv.port(), o.served_model_name.c_str(),
                static_cast<long long>(es.kv_blocks_total * es.block_tokens), KvDtypeName(engine_opts->kv_dtype),
+               AttentionName((*model)->attention_math(), engine_opts->kv_dtype),
                f.api_key.empty() ? "no API key" : "API key required", f.host.c_str(), srv.port(), f.host.c_str(),
                srv.port());
   std::fflush(stderr);
