@@ -172,13 +172,14 @@ void KvBlockPool::CopyBlock(int32_t from, int32_t to) {
   }
 }
 
+int64_t KvBlockPool::RowsOffsetBytes(int32_t block, int64_t layer, int64_t head) const {
+  return (head * head_stride(layer) + block * block_stride(layer)) * KvDtypeBytes(layout_.kv_dtype);
+}
 void* KvBlockPool::KData(int32_t block, int64_t layer, int64_t head) {
-  return static_cast<char*>(KBase(layer)) + (head * head_stride(layer) + block * block_stride(layer)) *
-                                                KvDtypeBytes(layout_.kv_dtype);
+  return static_cast<char*>(KBase(layer)) + RowsOffsetBytes(block, layer, head);
 }
 void* KvBlockPool::VData(int32_t block, int64_t layer, int64_t head) {
-  return static_cast<char*>(VBase(layer)) + (head * head_stride(layer) + block * block_stride(layer)) *
-                                                KvDtypeBytes(layout_.kv_dtype);
+  return static_cast<char*>(VBase(layer)) + RowsOffsetBytes(block, layer, head);
 }
 float* KvBlockPool::K(int32_t block, int64_t layer, int64_t head) {
   M2_CHECK(layout_.kv_dtype == KvDtype::kF32, "fp32 access to a {} KV cache", KvDtypeName(layout_.kv_dtype));

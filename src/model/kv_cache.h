@@ -176,6 +176,8 @@ class KvBlockPool {
 
  private:
   Status Grow(int64_t blocks);
+  // Bytes from KBase / VBase to block `block`'s rows of `head`.
+  int64_t RowsOffsetBytes(int32_t block, int64_t layer, int64_t head) const;
   void Unregister(int32_t block);
   void EvictOldestCheckpoint();
 
