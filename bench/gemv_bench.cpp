@@ -270,7 +270,8 @@ int GemmMode(int64_t total, bool only_fp8) {
   if (int8_q4 == m2::Int8GemmKernel::kAvx512Vnni)
     std::printf(", vpdpbusd peak %.1f Gop/s", BurstPeak(pool, m2::Int8DotBurstAvx512Vnni) / 1e9);
   else if (int8_q4 == m2::Int8GemmKernel::kAvx2)
-    std::printf(", vpmaddubsw + vpaddw peak %.1f Gop/s (int8 GEMM: AVX2, q4 only)", BurstPeak(pool, m2::Int8DotBurstAvx2) / 1e9);
+    std::printf(", vpmaddubsw + vpaddw peak %.1f Gop/s (int8 GEMM: AVX2 q4), q8's vpsignb + vpmaddubsw + vpmaddwd + vpaddd %.1f",
+                BurstPeak(pool, m2::Int8DotBurstAvx2) / 1e9, BurstPeak(pool, m2::Int8DotBurstAvx2Signed) / 1e9);
   std::printf("; %zu prefill paths (percentages: of the FMA peak)\n", modes.size());
   std::printf("%-6s %6s %6s %6s", "format", "rows", "cols", "tokens");
   for (const auto& m : modes) std::printf(" %9s GFLOP/s", m.first);

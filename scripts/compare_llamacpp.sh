@@ -68,9 +68,7 @@ Environment:
                   them, auto (default): 0 where the CPU has AMX (this version's AMX kernels crashed
                   llama-bench on such a machine), else 1
   M2_INT8         1: also time m2's q8 / q4 with int8 activations: --activations int8+int8 (int8
-                  decode and the int8 prefill GEMM) for q4, and for q8 where the CPU has AVX-512
-                  VNNI (without it q8 gets --activations int8: int8 decode, exact prefill); 0: not
-                  (default: 1 where the CPU has AVX2)
+                  decode and the int8 prefill GEMM); 0: not (default: 1 where the CPU has AVX2)
 
 What is timed (tokens/s; random token ids on both sides, the same lengths):
   m2 bench      prefill: 512 tokens, best of 2 runs (the first is the warm-up)
@@ -113,8 +111,7 @@ threads=${THREADS:-2}
 fast=${M2_FAST:-$(grep -qw avx512_bf16 /proc/cpuinfo && echo 1 || echo 0)}
 [[ $fast =~ ^[01]$ ]] || { echo "compare_llamacpp.sh: M2_FAST must be 0 or 1, found '$fast'" >&2; exit 2; }
 int8=${M2_INT8:-$(grep -qw avx2 /proc/cpuinfo && echo 1 || echo 0)}
-q8_int8=int8+int8  # the q8 int8 GEMM needs AVX-512 VNNI; without it, int8 decode only
-grep -qw avx512_vnni /proc/cpuinfo || q8_int8=int8
+q8_int8=int8+int8  # every AVX2 CPU has a q8 int8 GEMM (AVX2: vpsignb + vpmaddubsw + vpmaddwd)
 [[ $int8 =~ ^[01]$ ]] || { echo "compare_llamacpp.sh: M2_INT8 must be 0 or 1, found '$int8'" >&2; exit 2; }
 load_mode=${LLAMA_LOAD_MODE:-none}
 [[ $load_mode =~ ^(none|auto)$ ]] || { echo "compare_llamacpp.sh: LLAMA_LOAD_MODE must be none or auto, found '$load_mode'" >&2; exit 2; }
@@ -168,7 +165,7 @@ fast = os.path.exists(f"{results}/m2-{'q4' if only_q4 else 'fp8'}-fast-1.json")
 if fast:
     names += ([] if only_q4 else ["m2-fp8-fast"]) + ([] if only_fp8 or only_q4 else ["m2-q8-fast"]) + \
              ([] if only_fp8 else ["m2-q4-fast"])
-# And the int8 activations (M2_INT8: int8+int8, or int8 for q8 without AVX-512 VNNI) likewise.
+# And the int8 activations (M2_INT8: int8+int8) likewise.
 int8 = os.path.exists(f"{results}/m2-q4-int8-1.json")
 if int8:
     names += ([] if only_q4 else ["m2-q8-int8"]) + ["m2-q4-int8"]

@@ -33,10 +33,16 @@ double MeasurePeakAmxFlops(ThreadPool& pool) {
   // A sixteenth of the rounds: each is four 16-cycle tile products, not twelve vector ones.
   return MeasurePeak(pool, [](int64_t iters) { return AmxBf16Burst(iters / 16); });
 }
-double MeasurePeakInt8Ops(ThreadPool& pool, Int8GemmKernel kernel) {
+double MeasurePeakInt8Ops(ThreadPool& pool, Int8GemmKernel kernel, WeightFormat format) {
   return MeasurePeak(pool, kernel == Int8GemmKernel::kAvx512Vnni ? Int8DotBurstAvx512Vnni
                            : kernel == Int8GemmKernel::kAvxVnni  ? Int8DotBurstAvxVnni
+                           : format == WeightFormat::kQ8         ? Int8DotBurstAvx2Signed
                                                                  : Int8DotBurstAvx2);
+}
+
+const char* Int8PeakName(Int8GemmKernel kernel, WeightFormat format) {
+  if (kernel == Int8GemmKernel::kAvx512Vnni || kernel == Int8GemmKernel::kAvxVnni) return "vpdpbusd";
+  return format == WeightFormat::kQ8 ? "vpsignb + vpmaddubsw + vpmaddwd + vpaddd" : "vpmaddubsw + vpaddw";
 }
 
 double MeasurePeak(ThreadPool& pool, double (*burst)(int64_t)) {

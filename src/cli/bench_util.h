@@ -24,8 +24,11 @@ double MeasurePeakBf16Flops(ThreadPool& pool);
 // TDPBF16PS on the tile unit (AMX): the ceiling of the bf16 prefill GEMM where it runs there.
 double MeasurePeakAmxFlops(ThreadPool& pool);
 // The same with the int8 prefill GEMM's instructions (its ceiling, in int8 operations):
-// vpdpbusd (AVX-512 VNNI or, on 256-bit vectors, AVX-VNNI) or vpmaddubsw + vpaddw (AVX2).
-double MeasurePeakInt8Ops(ThreadPool& pool, Int8GemmKernel kernel);
+// vpdpbusd (AVX-512 VNNI or, on 256-bit vectors, AVX-VNNI); on AVX2 vpmaddubsw + vpaddw for
+// q4 weights, vpsignb + vpmaddubsw + vpmaddwd + vpaddd for q8 (the AVX2 build's two steps).
+double MeasurePeakInt8Ops(ThreadPool& pool, Int8GemmKernel kernel, WeightFormat format);
+// The instructions that ceiling times, for the report.
+const char* Int8PeakName(Int8GemmKernel kernel, WeightFormat format);
 // Best of 3 rounds of `burst` on every thread of the pool at once, in FLOP/s.
 double MeasurePeak(ThreadPool& pool, double (*burst)(int64_t));
 int64_t PeakRssBytes();

@@ -50,6 +50,17 @@ namespace {
 // one, the one that multiplies the most weights (a q4 model's few bf16 weights on the tile
 // unit do not make the tile unit its ceiling).
 enum class PrefillGemm { kFp32, kBf16, kBf16Amx, kInt8 };
+// The weight format holding most of the parameters that take the int8 GEMM (q8 or q4; the
+// AVX2 build's ceiling differs between them).
+WeightFormat Int8GemmFormatOf(const ModelWeights& weights) {
+  int64_t q8 = 0, q4 = 0;
+  ForEachLinear(const_cast<ModelWeights&>(weights), [&](LinearWeight& w) {
+    if (w.activations != ActivationMode::kInt8DecodeInt8Prefill) return;
+    (w.format == WeightFormat::kQ8 ? q8 : q4) += w.rows * w.cols;
+  });
+  return q8 > q4 ? WeightFormat::kQ8 : WeightFormat::kQ4;
+}
+
 PrefillGemm PrefillGemmOf(const ModelWeights& weights) {
   int64_t params[4] = {0, 0, 0, 0};
   // ForEachLinear takes a mutable model; this only reads.
@@ -363,12 +374,12 @@ int Run(const BenchOptions& o) {
   const bool int8_gemm = gemm == PrefillGemm::kInt8;
   const bool amx = gemm == PrefillGemm::kBf16Amx;
   const bool bf16 = amx || gemm == PrefillGemm::kBf16;
-  const Int8GemmKernel int8_kernel = Int8GemmFor(WeightFormat::kQ4);  // q8's too, where it has one
-  const bool vnni = int8_kernel == Int8GemmKernel::kAvx512Vnni || int8_kernel == Int8GemmKernel::kAvxVnni;
+  const Int8GemmKernel int8_kernel = Int8GemmFor(WeightFormat::kQ4);  // q8's too
+  const WeightFormat int8_format = Int8GemmFormatOf(m.weights());
   const bool dot = gemm != PrefillGemm::kFp32;  // a dot-product ceiling for the prefill rows
   const auto measure_dot = [&] {
     return amx ? MeasurePeakAmxFlops(pool)
-               : bf16 ? MeasurePeakBf16Flops(pool) : int8_gemm ? MeasurePeakInt8Ops(pool, int8_kernel) : 0.0;
+               : bf16 ? MeasurePeakBf16Flops(pool) : int8_gemm ? MeasurePeakInt8Ops(pool, int8_kernel, int8_format) : 0.0;
   };
   const double peak_dot_before = measure_dot();
   Prefault(m);
@@ -646,7 +657,7 @@ int Run(const BenchOptions& o) {
   if (dot)
     std::printf("  %s peak (%s) %.1f %s (before %.1f, after %.1f): the prefill rows' \"of peak\"\n",
                 bf16 ? "bf16 dot-product" : "int8 dot-product",
-                amx ? "TDPBF16PS, the tile unit" : bf16 ? "vdpbf16ps" : vnni ? "vpdpbusd" : "vpmaddubsw + vpaddw", peak_dot / 1e9,
+                amx ? "TDPBF16PS, the tile unit" : bf16 ? "vdpbf16ps" : Int8PeakName(int8_kernel, int8_format), peak_dot / 1e9,
                 bf16 ? "GFLOP/s" : "Gop/s", peak_dot_before / 1e9, peak_dot_after / 1e9);
   const auto mean_sd = [](const nlohmann::json& st) {
     return fmt::format("{:.2f} +- {:.2f}", st["mean"].get<double>(), st["stddev"].get<double>());

@@ -78,7 +78,7 @@ Int8GemmKernel Int8GemmFor(WeightFormat f) {
   if (isa == KernelIsa::kAvx512 && cpu.avx512_vnni) return Int8GemmKernel::kAvx512Vnni;
   if (cpu.avx_vnni && (isa == KernelIsa::kAvx512 || (isa == KernelIsa::kAvx2 && !cpu.has_avx512())))
     return Int8GemmKernel::kAvxVnni;
-  if (f == WeightFormat::kQ4 && isa != KernelIsa::kPortable) return Int8GemmKernel::kAvx2;
+  if (isa != KernelIsa::kPortable) return Int8GemmKernel::kAvx2;
   return Int8GemmKernel::kNone;
 }
 

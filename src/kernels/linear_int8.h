@@ -54,15 +54,15 @@ bool LinearInt8RowsAvxVnni(const LinearWeight& w, const Int8Activations& a, floa
 // int8+int8`; linear_int8_gemm_simd.inc): products of more than kMaxGemvTokens tokens with
 // q8 / q4 weights. Three builds: AVX-512 VNNI (q8 and q4; vpdpbusd, 64 multiply-adds per
 // instruction, twice vdpbf16ps and four times an fp32 FMA), AVX-VNNI (q8 and q4; the VEX
-// vpdpbusd on 256-bit vectors, 32 multiply-adds) and AVX2 (q4 only; vpmaddubsw with int16
-// sums over each group). All give the bits of LinearInt8RowsReference for every token,
+// vpdpbusd on 256-bit vectors, 32 multiply-adds) and AVX2 (q4: vpmaddubsw with int16 sums
+// over each group; q8: vpsignb + vpmaddubsw + vpmaddwd, int32 sums). All give the bits of LinearInt8RowsReference for every token,
 // whatever its batch: the same quantization, the same exact integer group dots, the same
 // fp32 operations in the same order.
 enum class Int8GemmKernel { kNone, kAvx2, kAvxVnni, kAvx512Vnni };
 // The GEMM a weight of format f gets here: AVX-512 VNNI on the avx512 family with VNNI;
 // else AVX-VNNI where the CPU has it (on the avx2 family only without AVX-512, so that
-// M2_KERNELS=avx2 runs the AVX2 build there, as the int8 decode kernels do); else, for q4,
-// AVX2 on the avx2 / avx512 families; else none (portable, or q8 without VNNI).
+// M2_KERNELS=avx2 runs the AVX2 build there, as the int8 decode kernels do); else AVX2 on
+// the avx2 / avx512 families; else (the portable kernels) none.
 Int8GemmKernel Int8GemmFor(WeightFormat f);
 bool UsesInt8Gemm(const LinearWeight& w, int64_t n);  // whether Linear() takes it here
 // Tokens per vector of a kernel (16 or 8): the GEMM pads the token count to a multiple.
@@ -89,7 +89,7 @@ void PackTokensInt8Avx2(const float* x, int64_t n, int64_t K, int64_t ntp, int64
                         int32_t* negsum, float* d);
 // y[t][r] for rows [r0, r1) of a weight and the n tokens of x: q8 / q4 with AVX-512 F/BW/VL
 // and VNNI (ntp a multiple of 16), q8 / q4 with AVX2 and AVX-VNNI (ntp a multiple of 8;
-// tokens packed by PackTokensInt8Avx2), q4 with AVX2 (ntp a multiple of 8); false for
+// tokens packed by PackTokensInt8Avx2), q8 / q4 with AVX2 (ntp a multiple of 8); false for
 // another format.
 bool GemmRowsInt8Avx512Vnni(const LinearWeight& w, const Int8TokenTiles& x, float* y, int64_t r0, int64_t r1);
 bool GemmRowsInt8AvxVnni(const LinearWeight& w, const Int8TokenTiles& x, float* y, int64_t r0, int64_t r1);

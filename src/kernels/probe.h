@@ -48,6 +48,9 @@ double Int8DotBurstAvx512Vnni(int64_t iters);
 // The same for the AVX2 build: vpmaddubsw + vpaddw, 32 multiply-adds per pair of
 // instructions (in linear_int8_gemm_avx2.cpp).
 double Int8DotBurstAvx2(int64_t iters);
+// The AVX2 build's q8 step: vpsignb + vpmaddubsw + vpmaddwd + vpaddd per 32 multiply-adds
+// (in linear_int8_gemm_avx2.cpp).
+double Int8DotBurstAvx2Signed(int64_t iters);
 // The same for the AVX-VNNI build: the VEX vpdpbusd, 32 multiply-adds per instruction (in
 // linear_int8_gemm_avxvnni.cpp; needs AVX-VNNI).
 double Int8DotBurstAvxVnni(int64_t iters);

@@ -89,21 +89,16 @@ Status SetActivations(ModelWeights& weights, ActivationMode mode) {
     return Error("--activations {} needs q8 or q4 weights (m2 quantize); this checkpoint has none", flag);
   if (taken == 0) return Error("--activations bf16 needs bf16, FP8, q8 or q4 weights; this checkpoint has none");
   exact_prefill_heads();
-  // Every weight left with int8 prefill needs a GEMM for its format on this CPU: q4 has
-  // AVX-512 VNNI, AVX-VNNI and AVX2 builds, q8 only the first two (its unsigned operand,
-  // w + 128, would saturate AVX2's vpmaddubsw).
+  // Every weight left with int8 prefill needs a GEMM for its format on this CPU: q8 and q4
+  // have AVX-512 VNNI, AVX-VNNI and AVX2 builds, so only the portable kernels lack one.
   Status missing = Status::Ok();
   ForEachLinear(weights, [&](LinearWeight& w) {
     if (missing.ok() && w.activations == ActivationMode::kInt8DecodeInt8Prefill &&
         Int8GemmFor(w.format) == Int8GemmKernel::kNone)
       missing = Error("--activations int8+int8 on {} weights needs {}; this CPU has {} and runs the {} kernels "
                       "(--activations int8 runs int8 decode steps on any AVX2 CPU)",
-                      WeightFormatName(w.format),
-                      w.format == WeightFormat::kQ8
-                          ? "vpdpbusd: AVX-512 VNNI with the avx512 kernels, or AVX-VNNI (with the avx2 kernels only "
-                            "on a CPU without AVX-512)"
-                          : "the avx2 or avx512 kernels",
-                      Cpu().Describe(), IsaName(ActiveIsa()));
+                      WeightFormatName(w.format), "the avx2 or avx512 kernels", Cpu().Describe(),
+                      IsaName(ActiveIsa()));
   });
   return missing;
 }

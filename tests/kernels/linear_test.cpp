@@ -552,8 +552,8 @@ TEST(Int8GemmTest, GivesTheReferenceBitsForEveryToken) {
 bool GemmRowsInt8AvxVnniEmulated(const LinearWeight& w, const Int8TokenTiles& x, float* y, int64_t r0, int64_t r1);
 namespace {
 
-// Every build called directly, whatever the active family: the AVX2 one (q4) and the
-// AVX-VNNI one with an emulated vpdpbusd (q8, q4) on any AVX2 CPU, the real AVX-VNNI one
+// Every build called directly, whatever the active family: the AVX2 one (q8 by vpsignb, q4)
+// and the AVX-VNNI one with an emulated vpdpbusd (q8, q4) on any AVX2 CPU, the real AVX-VNNI one
 // and the AVX-512 VNNI one (q8, q4) where the CPU has them; their packings give the same
 // tiles, and each GEMM the reference's bits, on split row ranges, with token counts that
 // leave partial vectors (ntp padded to 8 or 16) and partial tiles.
@@ -567,7 +567,7 @@ TEST(Int8GemmTest, EachBuildGivesTheReferenceBits) {
     GemmFn gemm;
   };
   const Build builds[] = {
-      {"avx2", true, false, false, GemmRowsInt8Avx2},
+      {"avx2", true, true, false, GemmRowsInt8Avx2},
       {"avxvnni (emulated vpdpbusd)", true, true, false, GemmRowsInt8AvxVnniEmulated},
       {"avxvnni", Cpu().avx_vnni, true, false, GemmRowsInt8AvxVnni},
       {"avx512vnni", Cpu().has_avx512() && Cpu().avx512_vnni, true, true, GemmRowsInt8Avx512Vnni},
@@ -576,11 +576,18 @@ TEST(Int8GemmTest, EachBuildGivesTheReferenceBits) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (const Case& c : std::vector<Case>{{WeightFormat::kQ4, 29, 544}, {WeightFormat::kQ8, 29, 544}}) {
     Weight m = Make(c, rng);
-    if (c.format == WeightFormat::kQ8) m.data[3] = 0x80;  // -128: w + 128 = 0 as the unsigned operand
+    if (c.format == WeightFormat::kQ8) {
+      m.data[3] = 0x80;  // -128: w + 128 = 0 as the unsigned operand
+      // The largest pair sums AVX2's vpmaddubsw meets (2 x 128 x 127 with |w| and x's sign):
+      // row 1's first group all -128, row 2's all +127, against a token whose first group
+      // quantizes to +-127 throughout (below).
+      for (int64_t k = 0; k < 32; ++k) m.data[static_cast<size_t>(c.cols + k)] = 0x80, m.data[static_cast<size_t>(2 * c.cols + k)] = 127;
+    }
     for (int64_t n : {9, 24, 40, 67}) {
       std::vector<float> x(static_cast<size_t>(n * c.cols));
       for (auto& v : x) v = nd(rng);
       for (int64_t j = 0; j < c.cols; j += 5) x[static_cast<size_t>(j)] *= 60.0f;  // |q| up to 127 in every group
+      for (int64_t k = 0; k < 32; ++k) x[static_cast<size_t>(k)] = k % 3 == 0 ? -1.0f : 1.0f;  // q = +-127
       const Int8Input in = QuantizeForInt8(x, n, c.cols);
       std::vector<float> ref(static_cast<size_t>(n * c.rows));
       ASSERT_TRUE(LinearInt8RowsReference(m.w, in.a, ref.data(), 0, c.rows));

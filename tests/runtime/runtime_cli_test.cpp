@@ -496,9 +496,9 @@ TEST_F(RuntimeCli, Bf16AttentionAgainstTheExactPath) {
 // GEMM (AVX-512 VNNI, AVX-VNNI or AVX2). Its KL against exact activations is positive (it
 // runs), small, and about that of int8 everywhere on the decode kernels (`perplexity
 // --activations int8`: the same quantization, only the fp32 summation order differs). With
-// the portable kernels the flag is an error; on q8 weights it needs vpdpbusd (an error with
-// M2_KERNELS=avx2, except on a CPU with AVX-VNNI and without AVX-512, whose avx2 family
-// runs the AVX-VNNI GEMM), and it needs q8 / q4 weights at all.
+// the portable kernels the flag is an error; q8 weights run it with M2_KERNELS=avx2 too
+// (the AVX2 GEMM's vpsignb step, or AVX-VNNI where the CPU has it and no AVX-512), at the
+// KL of int8 decode kernels everywhere; and it needs q8 / q4 weights at all.
 TEST_F(RuntimeCli, Int8PrefillActivationsAgainstTheExactPath) {
   const std::string file = ::testing::TempDir() + "/m2_rt_int8p.txt";
   WriteFile(file, "The cat sat on the mat. It was a sunny day, and the birds were singing. def add(a, b): return a + b");
@@ -515,14 +515,17 @@ TEST_F(RuntimeCli, Int8PrefillActivationsAgainstTheExactPath) {
   EXPECT_EQ(refused.code, 1);
   EXPECT_NE(refused.err.find("avx2 or avx512 kernels"), std::string::npos) << refused.err;
   setenv("M2_KERNELS", "avx2", 1);
-  refused = M2("perplexity -m " + q8 + " --activations int8+int8" + args);
+  const auto q8_gemm = M2("perplexity -m " + q8 + " --activations int8+int8 --reference " + q8 + args);
+  const auto q8_decode = M2("perplexity -m " + q8 + " --activations int8 --reference " + q8 + args);
   if (outer != nullptr) setenv("M2_KERNELS", outer_value.c_str(), 1);
   else unsetenv("M2_KERNELS");
-  if (Cpu().avx_vnni && !Cpu().has_avx512()) {
-    EXPECT_EQ(refused.code, 0) << "the AVX-VNNI GEMM runs q8 with the avx2 kernels: " << refused.err;
-  } else {
-    EXPECT_EQ(refused.code, 1);
-    EXPECT_NE(refused.err.find("AVX-512 VNNI"), std::string::npos) << refused.err;
+  if (Cpu().has_avx2()) {
+    ASSERT_EQ(q8_gemm.code, 0) << "q8 on the int8 GEMM with the avx2 kernels: " << q8_gemm.err;
+    ASSERT_EQ(q8_decode.code, 0) << q8_decode.err;
+    const double gemm_kl = nlohmann::json::parse(q8_gemm.out)["reference"]["mean_kl"].get<double>();
+    const double decode_kl = nlohmann::json::parse(q8_decode.out)["reference"]["mean_kl"].get<double>();
+    EXPECT_GT(gemm_kl, 0.0);
+    EXPECT_NEAR(gemm_kl, decode_kl, 0.25 * decode_kl) << "q8, avx2: int8 GEMM vs int8 decode kernels";
   }
   std::filesystem::remove_all(q8);
   auto run = M2("perplexity -m " + q4 + " --activations int8+int8 --reference " + q4 + args);
