@@ -67,6 +67,10 @@ Environment:
   LLAMA_AMX       0: build llama.cpp without its AMX kernels (-mno-amx-*, in build-noamx), 1: with
                   them, auto (default): 0 where the CPU has AMX (this version's AMX kernels crashed
                   llama-bench on such a machine), else 1
+  ISA             native (default): both engines use everything this CPU has; avx2: both are
+                  held to AVX2 + FMA + F16C, as on an AVX2-only CPU (llama.cpp built with
+                  GGML_NATIVE=OFF and only those into build-avx2, m2 run with M2_KERNELS=avx2),
+                  so an AVX-512 machine measures the AVX2 paths too; M2_FAST defaults to 0 there
   M2_INT8         1: also time m2's q8 / q4 with int8 activations: --activations int8+int8 (int8
                   decode and the int8 prefill GEMM); 0: not (default: 1 where the CPU has AVX2)
 
@@ -108,7 +112,15 @@ rounds=${ROUNDS:-3}
 threads=${THREADS:-2}
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "compare_llamacpp.sh: ROUNDS must be a positive integer, found '$rounds'" >&2; exit 2; }
 [[ $threads =~ ^[1-9][0-9]*$ ]] || { echo "compare_llamacpp.sh: THREADS must be a positive integer, found '$threads'" >&2; exit 2; }
-fast=${M2_FAST:-$(grep -qw avx512_bf16 /proc/cpuinfo && echo 1 || echo 0)}
+isa=${ISA:-native}
+[[ $isa =~ ^(native|avx2)$ ]] || { echo "compare_llamacpp.sh: ISA must be native or avx2, found '$isa'" >&2; exit 2; }
+if [ "$isa" = avx2 ]; then
+  grep -qw avx2 /proc/cpuinfo || { echo "compare_llamacpp.sh: ISA=avx2 needs a CPU with AVX2" >&2; exit 2; }
+  export M2_KERNELS=avx2  # every m2 run below: the AVX2 kernels, as on an AVX2-only CPU
+fi
+fast_default=0
+[ "$isa" = native ] && grep -qw avx512_bf16 /proc/cpuinfo && fast_default=1
+fast=${M2_FAST:-$fast_default}
 [[ $fast =~ ^[01]$ ]] || { echo "compare_llamacpp.sh: M2_FAST must be 0 or 1, found '$fast'" >&2; exit 2; }
 int8=${M2_INT8:-$(grep -qw avx2 /proc/cpuinfo && echo 1 || echo 0)}
 q8_int8=int8+int8  # every AVX2 CPU has a q8 int8 GEMM (AVX2: vpsignb + vpmaddubsw + vpmaddwd)
@@ -279,6 +291,7 @@ cpu_flags=$(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2- | tr ' ' '\n' |
 cpu_id=$(awk -F': ' '/^cpu family/ {f = $2} /^model\t/ {m = $2} /^stepping/ {s = $2; exit} END {print "family " f ", model " m ", stepping " s}' /proc/cpuinfo)
 echo "CPU: $cpu_model ($cpu_id), $(nproc) cores available; $threads threads used by both engines"
 echo "SIMD flags: ${cpu_flags:-none of avx/avx2/avx512/vnni}"
+[ "$isa" = avx2 ] && echo "ISA=avx2: both engines held to AVX2 + FMA + F16C (llama.cpp build-avx2, m2 M2_KERNELS=avx2)"
 echo "load average (1, 5, 15 min): $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # --- 1. llama.cpp: fetch and build ----------------------------------------------------------
@@ -322,12 +335,19 @@ fi
 case "$llama_amx" in 0 | 1) ;; *) echo "compare_llamacpp.sh: LLAMA_AMX must be 0, 1 or auto, found '$llama_amx'" >&2; exit 2 ;; esac
 llama_build=$cache/build
 llama_flags=()
-if [ "$llama_amx" = 0 ]; then
+llama_native=ON
+if [ "$isa" = avx2 ]; then  # AVX2 + FMA + F16C (+ BMI2) only: no AVX-512, no VNNI, no AMX
+  llama_build=$cache/build-avx2
+  llama_native=OFF
+  llama_flags=(-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF
+               -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF
+               -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
+elif [ "$llama_amx" = 0 ]; then
   llama_build=$cache/build-noamx
   llama_flags=(-DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
                -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
 fi
-phase "build llama.cpp (CPU, Release, GGML_NATIVE=ON$([ "$llama_amx" = 0 ] && echo ', AMX off')): llama-bench, llama-quantize"
+phase "build llama.cpp (CPU, Release, $([ "$isa" = avx2 ] && echo 'GGML_NATIVE=OFF, AVX2 + FMA + F16C' || echo 'GGML_NATIVE=ON')$([ "$isa" = native ] && [ "$llama_amx" = 0 ] && echo ', AMX off')): llama-bench, llama-quantize"
 bin=$llama_build/bin
 if [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-quantize" ]; then
   note "already built: $bin/llama-bench, $bin/llama-quantize"
@@ -335,7 +355,7 @@ else
   generator=()
   command -v ninja >/dev/null && generator=(-G Ninja)
   logged llama-cmake cmake -S "$llama_src" -B "$llama_build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-    -DGGML_NATIVE=ON -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DLLAMA_OPENSSL=OFF \
+    -DGGML_NATIVE=$llama_native -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DLLAMA_OPENSSL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_BUILD_COMMIT="$llama_commit" -DLLAMA_BUILD_NUMBER=0 "${llama_flags[@]}"
   logged llama-build cmake --build "$llama_build" --target llama-bench llama-quantize -j "$(nproc)"
@@ -554,7 +574,7 @@ for round in $(seq "$rounds"); do
   # Other processes on the cores change the figures, llama.cpp's decode most here (its threads
   # meet at a barrier after every operation, so one thread that loses its core holds up the
   # token); the load is kept with the results and printed with the table.
-  echo "round $round: load average $(cut -d' ' -f1-3 /proc/loadavg) at $(date +%H:%M:%S)" | tee -a "$results/load.txt" >&2
+  echo "round $round ($isa): load average $(cut -d' ' -f1-3 /proc/loadavg) at $(date +%H:%M:%S)" | tee -a "$results/load.txt" >&2
   order=("${runs[@]}")
   if [ $((round % 2)) = 0 ]; then  # every other round in reverse, so neither engine always goes first
     order=()
