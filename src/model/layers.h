@@ -28,15 +28,18 @@ struct SeqView {
   const int32_t* blocks;
   // K or V of `layer` at position `pos`, KV head `head` (of the pool's heads): head_dim
   // elements of the pool's dtype.
-  void* KAt(int64_t layer, int64_t pos, int64_t head) const { return At(pool->KBase(layer), layer, pos, head); }
-  void* VAt(int64_t layer, int64_t pos, int64_t head) const { return At(pool->VBase(layer), layer, pos, head); }
+  void* KAt(int64_t layer, int64_t pos, int64_t head) const {
+    return InBlock(pool->KData(blocks[pos / pool->block_tokens()], layer, head), layer, pos);
+  }
+  void* VAt(int64_t layer, int64_t pos, int64_t head) const {
+    return InBlock(pool->VData(blocks[pos / pool->block_tokens()], layer, head), layer, pos);
+  }
 
  private:
-  void* At(void* base, int64_t layer, int64_t pos, int64_t head) const {
-    const int64_t bt = pool->block_tokens(), d = pool->layout().layers[static_cast<size_t>(layer)].head_dim;
-    const int64_t eb = KvDtypeBytes(pool->dtype());
-    return static_cast<char*>(base) +
-           (head * pool->head_stride(layer) + blocks[pos / bt] * pool->block_stride(layer) + pos % bt * d) * eb;
+  // Position pos's row within its block's rows of a head (the pool's KData / VData).
+  void* InBlock(void* rows, int64_t layer, int64_t pos) const {
+    const int64_t d = pool->layout().layers[static_cast<size_t>(layer)].head_dim;
+    return static_cast<char*>(rows) + pos % pool->block_tokens() * d * KvDtypeBytes(pool->dtype());
   }
 };
 
