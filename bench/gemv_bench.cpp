@@ -7,10 +7,16 @@
 //   build/bench/gemv_bench --batch [MiB]   batched decode on all threads
 //   build/bench/gemv_bench --int8 [MiB]    q8 / q4: fp32 against int8 activations (every int8
 //                                           kernel this CPU runs, taking turns), all threads
-//   build/bench/gemv_bench --gemm [MiB]    q8 / q4 prefill GEMMs: exact, bf16 and int8 activations
-//                                           (each where the CPU has it, taking turns), all threads;
-//                                           bf16 on the vector units and on the tile unit (AMX)
+//   build/bench/gemv_bench --gemm [MiB [FORMAT]]   prefill GEMMs (FP8, q8, q4, or FORMAT =
+//                                           fp8-block | q8 | q4 alone): exact, bf16 and int8
+//                                           activations (each where the CPU has it, taking
+//                                           turns), all threads; bf16 on the vector units and
+//                                           on the tile unit (AMX)
 //   build/bench/gemv_bench --gemm-fp8 [MiB]   the same for the FP8 weights only
+//   build/bench/gemv_bench --turns [MiB [NAME]]   one-token decode kernels (bf16, FP8, q8, q4, as
+//                                           auto picks them; NAME: those whose name contains it)
+//                                           against a read of the same bytes, taking turns, all
+//                                           threads: the ratio within one memory regime
 //   build/bench/gemv_bench --bf16 [MiB]    bf16 / FP8 decode: exact against bf16 activations,
 //                                           one thread and all threads
 //   build/bench/gemv_bench --read [MiB]    the read probe's patterns, one thread and all
@@ -250,7 +256,8 @@ int Int8Mode(int64_t total) {
 // shapes: exact (fp32 FMA), bf16 (vdpbf16ps, AVX-512 BF16) and int8 (vpdpbusd, AVX-512
 // VNNI) activations through Linear(), each where the CPU has it, taking turns within each
 // repetition; GFLOP/s (2 per multiply-add) next to the FMA peak measured here.
-int GemmMode(int64_t total, bool only_fp8) {
+// only: a format's name (fp8-block, q8, q4) to time that format alone, or empty for all.
+int GemmMode(int64_t total, const std::string& only) {
   m2::ThreadPool& pool = m2::ThreadPool::Global();
   const double peak = BurstPeak(pool, m2::FmaBurst);
   struct Mode {
@@ -278,7 +285,7 @@ int GemmMode(int64_t total, bool only_fp8) {
   std::printf("\n");
   for (auto f : {m2::WeightFormat::kFp8Block, m2::WeightFormat::kQ8, m2::WeightFormat::kQ4})
     for (auto [r, c] : {std::pair<int64_t, int64_t>{1536, 3072}, {3072, 1536}}) {
-      if (only_fp8 && f != m2::WeightFormat::kFp8Block) continue;
+      if (!only.empty() && only != m2::WeightFormatName(f)) continue;
       Set s = Make(f, r, c, total);
       for (int64_t n : {16, 40, 64, 128, 512}) {
         std::vector<float> xs(static_cast<size_t>(n * c)), ys(static_cast<size_t>(n * r));
@@ -633,15 +640,94 @@ int ReadMode(int64_t total) {
   return 0;
 }
 
+// Decode kernels against a read of the very same bytes, taking turns (`gemv_bench --turns
+// [MiB]`): on a VM whose memory switches between speeds from one minute (or second) to the
+// next, a ceiling measured before or after a timing can belong to another regime; here each
+// pass of a kernel over the matrices (one token, every thread, the activation mode `auto`
+// gives that format in the model) sits between two reads of the same buffer (the probe's
+// four patterns, best of them), and each turn's ratio is to the mean of its two reads.
+int TurnsMode(int64_t total, const std::string& only) {
+  m2::ThreadPool& pool = m2::ThreadPool::Global();
+  const bool bf16_decode = m2::Bf16PrefillBeatsFp32();  // auto: FP8 decode steps on the bf16 kernel (AMD, VBMI)
+  const bool int8 = m2::Int8GemmFor(m2::WeightFormat::kQ4) != m2::Int8GemmKernel::kNone;
+  struct Case {
+    m2::WeightFormat f;
+    int64_t rows, cols;
+    m2::ActivationMode mode;
+    const char* name;
+  };
+  const std::vector<Case> cases = {
+      {m2::WeightFormat::kBF16, 8192, 3072, m2::ActivationMode::kExact, "bf16 (the lm_head's kernel)"},
+      {m2::WeightFormat::kFp8Block, 1536, 3072, bf16_decode ? m2::ActivationMode::kBf16Prefill : m2::ActivationMode::kExact,
+       bf16_decode ? "fp8-block, bf16 decode" : "fp8-block, exact"},
+      {m2::WeightFormat::kQ8, 1536, 3072, m2::ActivationMode::kExact, "q8, exact"},
+      {m2::WeightFormat::kQ8, 1536, 3072, m2::ActivationMode::kInt8Decode, "q8, int8 decode"},
+      {m2::WeightFormat::kQ4, 1536, 3072, int8 ? m2::ActivationMode::kInt8DecodeInt8Prefill : m2::ActivationMode::kExact,
+       int8 ? "q4, int8 decode" : "q4, exact"}};
+  std::printf("%d threads, %s kernels, %lld MiB per format; each turn: read, kernel x 3, read (ratios: kernel / mean "
+              "of the two reads)\n",
+              pool.size(), m2::IsaName(m2::ActiveIsa()), static_cast<long long>(total >> 20));
+  for (const Case& c : cases) {
+    if (!only.empty() && std::string(c.name).find(only) == std::string::npos) continue;
+    Set s = Make(c.f, c.rows, c.cols, total);
+    int64_t bytes = 0;
+    for (auto& w : s.mats) {
+      w.activations = c.mode;
+      bytes += w.bytes();
+    }
+    const float* probe = reinterpret_cast<const float*>(s.data->data());
+    const int64_t probe_n = static_cast<int64_t>(s.data->size() / sizeof(float));
+    std::vector<float> xs(static_cast<size_t>(c.cols)), ys(static_cast<size_t>(c.rows));
+    for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.01f * static_cast<float>(i));
+    std::vector<double> ratios, reads, kernel;
+    double before = m2::MeasureReadBandwidth(pool, probe, probe_n, 1);
+    for (int turn = 0; turn < 10; ++turn) {
+      const auto t0 = Clock::now();
+      for (int rep = 0; rep < 3; ++rep)
+        for (const auto& w : s.mats) m2::LinearOnPool(w, xs.data(), 1, ys.data(), pool);
+      const double k = 3.0 * static_cast<double>(bytes) / Seconds(t0);
+      const double after = m2::MeasureReadBandwidth(pool, probe, probe_n, 1);
+      reads.push_back(0.5 * (before + after));
+      kernel.push_back(k);
+      ratios.push_back(k / reads.back());
+      before = after;
+    }
+    std::printf("%-28s", c.name);
+    for (size_t i = 0; i < ratios.size(); ++i) std::printf(" %.0f/%.0f", kernel[i] / 1e9, reads[i] / 1e9);
+    std::vector<double> sorted = ratios;
+    std::sort(sorted.begin(), sorted.end());
+    // The turns whose reads were in the faster half: what a kernel gives where the memory is fast.
+    std::vector<size_t> order(ratios.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return reads[a] > reads[b]; });
+    std::vector<double> fast;
+    for (size_t i = 0; i < order.size() / 2; ++i) fast.push_back(ratios[order[i]]);
+    std::sort(fast.begin(), fast.end());
+    std::printf("\n%-28s GB/s kernel/read per turn above; of the read: median %.0f%% [%.0f-%.0f%%], in the faster half "
+                "of the turns (reads %.0f-%.0f GB/s) %.0f%%\n",
+                "", 100 * sorted[sorted.size() / 2], 100 * sorted.front(), 100 * sorted.back(),
+                reads[order[order.size() / 2 - 1]] / 1e9, reads[order[0]] / 1e9, 100 * fast[fast.size() / 2]);
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--turns") == 0) return TurnsMode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20, argc > 3 ? argv[3] : "");
   if (argc > 1 && std::strcmp(argv[1], "--attention") == 0) return AttentionMode();
   if (argc > 1 && std::strcmp(argv[1], "--small") == 0) return SmallMode();
   if (argc > 1 && std::strcmp(argv[1], "--bf16") == 0) return Bf16Mode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
   if (argc > 1 && std::strcmp(argv[1], "--read") == 0) return ReadMode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
   if (argc > 1 && std::strcmp(argv[1], "--batch") == 0) return BatchMode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
-  if (argc > 1 && std::strcmp(argv[1], "--gemm") == 0) return GemmMode((argc > 2 ? std::atoll(argv[2]) : 512) << 20, false);
+  if (argc > 1 && std::strcmp(argv[1], "--gemm") == 0) {  // --gemm [MiB [fp8-block|q8|q4]]
+    const std::string only = argc > 3 ? argv[3] : "";
+    if (!only.empty() && only != "fp8-block" && only != "q8" && only != "q4") {
+      std::fprintf(stderr, "gemv_bench --gemm MiB FORMAT: FORMAT is fp8-block, q8 or q4, not '%s'\n", only.c_str());
+      return 2;
+    }
+    return GemmMode((argc > 2 ? std::atoll(argv[2]) : 512) << 20, only);
+  }
   if (argc > 1 && std::strcmp(argv[1], "--gemm-fp8") == 0)
-    return GemmMode((argc > 2 ? std::atoll(argv[2]) : 512) << 20, true);
+    return GemmMode((argc > 2 ? std::atoll(argv[2]) : 512) << 20, "fp8-block");
   if (argc > 1 && std::strcmp(argv[1], "--int8") == 0) return Int8Mode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
   const int64_t mib = argc > 1 ? std::atoll(argv[1]) : 512;
   const int64_t total = mib << 20;

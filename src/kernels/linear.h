@@ -97,6 +97,23 @@ void Linear(const LinearWeight& w, const float* x, int64_t n, float* y);
 // bandwidth probe's prefetching read (probe.h) uses the same distance.
 inline constexpr int64_t kPrefetchFarBytes = 16384;
 
+// The prefetch into L2 of the bf16 / f16 / f32 decode GEMV (GemvRows, linear_simd.inc): a
+// pass reads R rows side by side, R x row bytes (pass_bytes), so a fixed distance shorter
+// than a pass lands in rows being read already; instead the same column of the next two
+// passes (the bf16 decode kernel of linear_bf16_gemv_avx512.cpp prefetches passes ahead
+// too). `gemv_bench --turns` (kernel and read probe taking turns over the same bytes, 2
+// threads, Zen 4 VM in its fast-memory minutes, reads 55-67 GB/s), bf16 8192 x 3072, one
+// token: AVX-512 (4 rows a pass) 64-69% of the read with 16 KiB ahead -> 86-98% (one pass
+// ahead alone 72-79%, three no better, without the L1 prefetch less steady); AVX2 52% ->
+// 68%, and 76% with 4 rows a pass instead of 2. In its slow minutes (35-38 GB/s) 91-92% ->
+// 94-97%. The FP8, q8 and q4 decode GEMVs measured the same either way (fast minutes: FP8
+// on the bf16 kernel 78%, q8 exact and int8 71-72%, AVX2 FP8 exact 53-55%: their own speed
+// binds there) and keep their distances.
+inline void PrefetchNextPasses(const void* p, int64_t pass_bytes) {
+  __builtin_prefetch(static_cast<const char*>(p) + pass_bytes, 0, 2);  // 2: prefetcht1, into L2
+  __builtin_prefetch(static_cast<const char*>(p) + 2 * pass_bytes, 0, 2);
+}
+
 // Linear on the calling thread only, for callers that spread work over the pool at a
 // coarser grain (the MoE gives each thread whole experts).
 void LinearOnThisThread(const LinearWeight& w, const float* x, int64_t n, float* y);
