@@ -97,6 +97,23 @@ nlohmann::json RankRows(const std::vector<RankStats>& a, const std::vector<RankS
   return rows;
 }
 
+// What m2 bench reads between rounds of decode steps: the first `mib` MiB (256 unless
+// --step-reads says otherwise) of a matrix's weights (its data, not its scales), or
+// nothing where it holds less: a smaller matrix would sit in the caches of some machines,
+// and the read would measure them instead of the memory.
+struct StepRead {
+  const float* p = nullptr;  // the probe's reads take any bytes (kernels/probe.h)
+  int64_t bytes = 0;
+};
+StepRead StepReadOf(const LinearWeight& w, int64_t mib) {
+  const int64_t kBytes = mib << 20;
+  const int64_t scale_bytes = w.scale == nullptr                      ? 0
+                              : w.format == WeightFormat::kFp8Block ? 4 * w.scale_rows() * w.scale_cols()
+                                                                    : 2 * w.rows * w.scale_cols();
+  if (mib <= 0 || !w.valid() || w.bytes() - scale_bytes < kBytes) return {};
+  return {static_cast<const float*>(w.data), kBytes};
+}
+
 struct BenchOptions {
   std::string model;
   std::string prefill = "128,512,2048";
@@ -107,6 +124,7 @@ struct BenchOptions {
   int threads = 0;
   bool json = false;
   bool scaling = true;
+  int64_t step_read_mib = 256;    // reads of the weights between decode rounds (StepReadOf); 0: none
   std::string kv_dtype = "bf16";
   std::string streams;            // e.g. "1,4,8,16": batched decode through the engine
   int64_t stream_context = 128;
@@ -492,15 +510,25 @@ int Run(const BenchOptions& o) {
     if (Status st = m.Forward(b, cs, logits); !st.ok()) return failed(i, st);
     context_chunk_seconds[i] = Seconds(t0, Clock::now());
   };
+  // Between rounds of decode steps, a read of the weights themselves (the first 256 MiB of
+  // the output matrix, the largest a step reads; the probe's four patterns, best of them):
+  // the memory of a shared VM changes speed from one minute to the next, so a ceiling
+  // measured before and after the timings can belong to another regime than the steps;
+  // each step is also compared with the reads just before and after it. Skipped where
+  // that matrix is smaller (it would be read from the caches) or with --step-reads 0.
+  const StepRead step_read = StepReadOf(m.weights().lm_head, o.step_read_mib);
+  std::vector<double> step_reads;  // after round s = 0, 1, ... (round 0 warms up)
   if (m.ranks() == 1) {
     for (size_t i = 0; i < contexts->size(); ++i) {
       std::fprintf(stderr, "filling a cache of context %d...\n", (*contexts)[i]);
       fill(i);
     }
     std::fprintf(stderr, "decode, the contexts taking turns step by step...\n");
-    for (int s = 0; s <= o.decode_steps; ++s)
+    for (int s = 0; s <= o.decode_steps; ++s) {
       for (size_t i = 0; i < contexts->size(); ++i)
         if (caches[i]) step(i, s);
+      if (step_read.bytes > 0) step_reads.push_back(MeasureReadBandwidth(pool, step_read.p, step_read.bytes / 4, 1));
+    }
     for (size_t i = 0; i < contexts->size(); ++i) chunk(i);
   } else {
     for (size_t i = 0; i < contexts->size(); ++i) {
@@ -603,6 +631,26 @@ int Run(const BenchOptions& o) {
                             static_cast<double>(C) * static_cast<double>(runtime::KvBytesPerToken(c, *kv_dtype)) +
                                 costs.state_bytes_per_token / 2},
                            {"bandwidth_utilization", bytes / per_token / bandwidth}, {"stats", StatsJson(st)}});
+    if (m.ranks() == 1 && step_reads.size() == decode_steps[i].size() + 1 && !decode_steps[i].empty()) {
+      // Step s (1-based) ran between reads s - 1 and s: its bytes per second over their mean.
+      std::vector<double> ratio, read;
+      for (size_t k = 0; k < decode_steps[i].size(); ++k) {
+        read.push_back(0.5 * (step_reads[k] + step_reads[k + 1]));
+        ratio.push_back(bytes / decode_steps[i][k] / read.back());
+      }
+      std::vector<size_t> by_read(read.size());
+      for (size_t k = 0; k < by_read.size(); ++k) by_read[k] = k;
+      std::sort(by_read.begin(), by_read.end(), [&](size_t a, size_t b) { return read[a] > read[b]; });
+      std::vector<double> fast;
+      for (size_t k = 0; k < (by_read.size() + 1) / 2; ++k) fast.push_back(ratio[by_read[k]]);
+      std::sort(fast.begin(), fast.end());
+      std::sort(ratio.begin(), ratio.end());
+      const auto at = [](const std::vector<double>& v, double q) { return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))]; };
+      decode_rows.back()["of_reads_between_steps"] = {
+          {"median", at(ratio, 0.5)}, {"p25", at(ratio, 0.25)}, {"p75", at(ratio, 0.75)},
+          {"faster_half_median", at(fast, 0.5)}, {"faster_half_reads_min", read[by_read[fast.size() - 1]]},
+          {"faster_half_reads_max", read[by_read[0]]}, {"read_bytes", step_read.bytes}, {"steps", ratio.size()}};
+    }
     // Against the first context: the step-time ratio of the steps taken in turn (step s at
     // this context over step s at the first), median and quartiles.
     if (i > 0 && m.ranks() == 1 && decode_steps[0].size() == decode_steps[i].size() && !decode_steps[0].empty()) {
@@ -691,6 +739,19 @@ int Run(const BenchOptions& o) {
                 r["weight_bytes_per_token"].get<double>() / 1e6, (r["kv_bytes_per_token"].get<double>() + r["state_bytes_per_token"].get<double>()) / 1e6,
                 100 * r["bandwidth_utilization"].get<double>());
   }
+  for (size_t k = 0; k < decode_rows.size(); ++k)
+    if (const auto& r = decode_rows[k]; r.contains("of_reads_between_steps")) {
+      const auto& v = r["of_reads_between_steps"];
+      if (k == 0 || !decode_rows[k - 1].contains("of_reads_between_steps"))
+        std::printf("against reads of the weights between the steps (%.0f MiB of the output matrix after each round; a "
+                    "step's bytes per second over the mean of the reads before and after it):\n",
+                    v["read_bytes"].get<double>() / (1 << 20));
+      std::printf("context %lld: %.1f%% of the read (median of %d steps; quartiles %.1f-%.1f%%), %.1f%% in the faster "
+                  "half (reads %.1f-%.1f GB/s)\n",
+                  (long long)r["context"].get<int64_t>(), 100 * v["median"].get<double>(), v["steps"].get<int>(),
+                  100 * v["p25"].get<double>(), 100 * v["p75"].get<double>(), 100 * v["faster_half_median"].get<double>(),
+                  v["faster_half_reads_min"].get<double>() / 1e9, v["faster_half_reads_max"].get<double>() / 1e9);
+    }
   for (const auto& r : decode_rows)
     if (r.contains("step_time_vs_first")) {
       const auto& v = r["step_time_vs_first"];
@@ -798,6 +859,12 @@ void AddBench(CLI::App& app, Runner& run) {
   AddParallelFlag(cmd, o->parallel);
   cmd->add_flag("--json", o->json, "Print machine-readable JSON");
   cmd->add_flag("!--no-scaling", o->scaling, "Skip the one-thread prefill used to measure thread scaling");
+  cmd->add_option("--step-reads", o->step_read_mib,
+                  "MiB of the output matrix's weights read between rounds of decode steps, where it holds that much "
+                  "(each step's bytes per second against the reads just before and after it, as a share of the "
+                  "memory's speed in that minute); 0: none")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache storage: bf16 (default) or f32");
   cmd->add_option("--spec", o->spec,
                   "Only compare speculative decoding (lookup) with plain decoding on code, chat and an edit task, at "

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 namespace m2 {
@@ -83,9 +84,13 @@ double ReadAll(const float* p, int64_t n, bool prefetch) {
   switch (ActiveIsa()) {
     case KernelIsa::kAvx512: return ReadAllAvx512(p, n, prefetch);
     case KernelIsa::kAvx2: return ReadAllAvx2(p, n, prefetch);
-    default: {
+    default: {  // as integers, as the SIMD reads (probe.h): any bytes at the same speed
       double s = 0;
-      for (int64_t i = 0; i < n; ++i) s += p[i];
+      for (int64_t i = 0; i < n; ++i) {
+        int32_t b;
+        std::memcpy(&b, p + i, sizeof b);
+        s += static_cast<double>(b);
+      }
       return s;
     }
   }

@@ -8,6 +8,9 @@ namespace m2 {
 
 class ThreadPool;
 
+// The reads below take n floats' worth of memory (4n bytes) and add them up as 32-bit
+// integers, never as floats, so any bytes read at the same speed (a benchmark can read a
+// model's FP8 or int8 weights themselves); the sums only keep the loads alive.
 // Sum of n floats, read with SIMD loads and independent accumulators (a streaming read).
 // prefetch: also prefetch 16 KiB ahead into L2, as the GEMV kernels do; on some machines
 // that reads faster than the plain loop, so a bandwidth ceiling takes the best of both.

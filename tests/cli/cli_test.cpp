@@ -131,6 +131,31 @@ TEST(CliTest, BenchArgumentErrors) {
   EXPECT_NE(r.out.find("give -t 2 or more"), std::string::npos) << r.out;
 }
 
+// m2 bench compares each decode step with reads of the weights just before and after it
+// (--step-reads MiB of the output matrix, 256 by default): a small model's matrix holds
+// less than the default and is not read (it would be read from the caches); asked for
+// 1 MiB, every step gets its ratio.
+TEST(CliTest, BenchReadsTheWeightsBetweenDecodeSteps) {
+  const std::string args = "bench -m models/m2-tiny --prefill 8 --context 16,32 --decode-steps 3 --repeats 1 --no-scaling -t 2";
+  auto r = RunM2(args + " --step-reads 1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("against reads of the weights between the steps (1 MiB of the output matrix"), std::string::npos)
+      << r.out;
+  for (const char* ctx : {"context 16: ", "context 32: "}) {
+    const size_t at = r.out.find(std::string(ctx) + "");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+    EXPECT_NE(line.find("% of the read (median of 3 steps"), std::string::npos) << line;
+    EXPECT_EQ(line.find("nan"), std::string::npos) << line;
+  }
+  r = RunM2(args);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("against reads of the weights"), std::string::npos) << r.out;
+  r = RunM2("bench -m models/m2-tiny --step-reads -1");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--step-reads"), std::string::npos) << r.out;
+}
+
 // A bad M2_KERNELS is an error that names the choices, whatever the command.
 TEST(CliTest, UnknownKernelsValueIsAnError) {
   auto r = RunM2("logits -m testdata/golden/tiny-fp8 --ids 1,2", "M2_KERNELS=avx3 ");
