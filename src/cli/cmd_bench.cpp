@@ -510,8 +510,9 @@ int Run(const BenchOptions& o) {
     if (Status st = m.Forward(b, cs, logits); !st.ok()) return failed(i, st);
     context_chunk_seconds[i] = Seconds(t0, Clock::now());
   };
-  // Between rounds of decode steps, a read of the weights themselves (the first 256 MiB of
-  // the output matrix, the largest a step reads; the probe's four patterns, best of them):
+  // Between rounds of decode steps, a read of the weights themselves (the first 256 MiB,
+  // or --step-reads, of the output matrix, the largest a step reads; the probe's four
+  // patterns, best of them):
   // the memory of a shared VM changes speed from one minute to the next, so a ceiling
   // measured before and after the timings can belong to another regime than the steps;
   // each step is also compared with the reads just before and after it. Skipped where
@@ -863,7 +864,7 @@ void AddBench(CLI::App& app, Runner& run) {
                   "MiB of the output matrix's weights read between rounds of decode steps, where it holds that much "
                   "(each step's bytes per second against the reads just before and after it, as a share of the "
                   "memory's speed in that minute); 0: none")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
       ->capture_default_str();
   cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache storage: bf16 (default) or f32");
   cmd->add_option("--spec", o->spec,
