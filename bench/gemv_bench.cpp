@@ -72,19 +72,7 @@ Set Make(m2::WeightFormat f, int64_t rows, int64_t cols, int64_t total_bytes) {
   proto.format = f;
   proto.rows = rows;
   proto.cols = cols;
-  int64_t elem_bytes_x2 = 2;  // bytes per element, times 2 (q4 is half a byte)
-  switch (f) {
-    case m2::WeightFormat::kF32: elem_bytes_x2 = 8; break;
-    case m2::WeightFormat::kBF16:
-    case m2::WeightFormat::kF16: elem_bytes_x2 = 4; break;
-    case m2::WeightFormat::kFp8Block:
-    case m2::WeightFormat::kQ8: elem_bytes_x2 = 2; break;
-    case m2::WeightFormat::kQ4: elem_bytes_x2 = 1; break;
-  }
-  const int64_t data_bytes = rows * cols * elem_bytes_x2 / 2;
-  const int64_t scale_bytes = f == m2::WeightFormat::kFp8Block ? proto.scale_rows() * proto.scale_cols() * 4
-                              : (f == m2::WeightFormat::kQ8 || f == m2::WeightFormat::kQ4) ? rows * (cols / 32) * 2
-                                                                                          : 0;
+  const int64_t data_bytes = proto.data_bytes(), scale_bytes = proto.bytes() - data_bytes;
   const int64_t n = std::max<int64_t>(1, total_bytes / (data_bytes + scale_bytes));
   s.data = std::make_unique<m2::HugePageBuffer>(static_cast<size_t>(n * data_bytes));
   s.scale = std::make_unique<m2::HugePageBuffer>(static_cast<size_t>(std::max<int64_t>(1, n * scale_bytes)));

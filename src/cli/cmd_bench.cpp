@@ -106,12 +106,9 @@ struct StepRead {
   int64_t bytes = 0;
 };
 StepRead StepReadOf(const LinearWeight& w, int64_t mib) {
-  const int64_t kBytes = mib << 20;
-  const int64_t scale_bytes = w.scale == nullptr                      ? 0
-                              : w.format == WeightFormat::kFp8Block ? 4 * w.scale_rows() * w.scale_cols()
-                                                                    : 2 * w.rows * w.scale_cols();
-  if (mib <= 0 || !w.valid() || w.bytes() - scale_bytes < kBytes) return {};
-  return {static_cast<const float*>(w.data), kBytes};
+  const int64_t bytes = mib << 20;
+  if (mib <= 0 || !w.valid() || w.data_bytes() < bytes) return {};
+  return {static_cast<const float*>(w.data), bytes};
 }
 
 struct BenchOptions {
@@ -512,8 +509,8 @@ int Run(const BenchOptions& o) {
   };
   // Between rounds of decode steps, a read of the weights themselves (the first 256 MiB,
   // or --step-reads, of the output matrix, the largest a step reads; the probe's four
-  // patterns, best of them):
-  // the memory of a shared VM changes speed from one minute to the next, so a ceiling
+  // patterns, best of them): the memory of a shared VM changes speed from one minute to
+  // the next, so a ceiling
   // measured before and after the timings can belong to another regime than the steps;
   // each step is also compared with the reads just before and after it. Skipped where
   // that matrix is smaller (it would be read from the caches) or with --step-reads 0.

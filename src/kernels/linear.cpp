@@ -26,15 +26,27 @@ const char* WeightFormatName(WeightFormat f) {
   return "?";
 }
 
-int64_t LinearWeight::bytes() const {
+int64_t LinearWeight::data_bytes() const {
   const int64_t n = rows * cols;
   switch (format) {
     case WeightFormat::kF32: return 4 * n;
     case WeightFormat::kBF16:
     case WeightFormat::kF16: return 2 * n;
-    case WeightFormat::kFp8Block: return n + 4 * scale_rows() * scale_cols();
-    case WeightFormat::kQ8: return n + 2 * rows * scale_cols();
-    case WeightFormat::kQ4: return n / 2 + 2 * rows * scale_cols();
+    case WeightFormat::kFp8Block:
+    case WeightFormat::kQ8: return n;
+    case WeightFormat::kQ4: return n / 2;
+  }
+  return 0;
+}
+
+int64_t LinearWeight::bytes() const {
+  switch (format) {
+    case WeightFormat::kF32:
+    case WeightFormat::kBF16:
+    case WeightFormat::kF16: return data_bytes();
+    case WeightFormat::kFp8Block: return data_bytes() + 4 * scale_rows() * scale_cols();
+    case WeightFormat::kQ8:
+    case WeightFormat::kQ4: return data_bytes() + 2 * rows * scale_cols();
   }
   return 0;
 }

@@ -84,6 +84,8 @@ struct LinearWeight {
   bool valid() const { return data != nullptr && rows > 0 && cols > 0; }
   // Bytes of weights (and scales) one pass over the matrix reads.
   int64_t bytes() const;
+  // Bytes of the weights alone, at `data` (without the scales).
+  int64_t data_bytes() const;
 };
 
 // y[n, rows] = x[n, cols] * W^T, fp32 activations and accumulation, rows spread over
