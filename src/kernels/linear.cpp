@@ -51,44 +51,47 @@ int64_t LinearWeight::bytes() const {
   return 0;
 }
 
-void DequantizeRow(const LinearWeight& w, int64_t row, float* out) {
+void DequantizeRow(const LinearWeight& w, int64_t row, float* out) { DequantizeColumns(w, row, 0, w.cols, out); }
+
+void DequantizeColumns(const LinearWeight& w, int64_t row, int64_t c0, int64_t c1, float* out) {
   M2_CHECK(row >= 0 && row < w.rows, "row {} of {}", row, w.rows);
+  M2_CHECK(0 <= c0 && c0 <= c1 && c1 <= w.cols, "columns [{}, {}) of {}", c0, c1, w.cols);
   const int64_t c = w.cols;
   switch (w.format) {
     case WeightFormat::kF32: {
-      std::memcpy(out, static_cast<const float*>(w.data) + row * c, static_cast<size_t>(c) * sizeof(float));
+      std::memcpy(out, static_cast<const float*>(w.data) + row * c + c0, static_cast<size_t>(c1 - c0) * sizeof(float));
       return;
     }
     case WeightFormat::kBF16: {
       const uint16_t* p = static_cast<const uint16_t*>(w.data) + row * c;
-      for (int64_t j = 0; j < c; ++j) out[j] = Bf16ToF32(p[j]);
+      for (int64_t j = c0; j < c1; ++j) out[j - c0] = Bf16ToF32(p[j]);
       return;
     }
     case WeightFormat::kF16: {
       const uint16_t* p = static_cast<const uint16_t*>(w.data) + row * c;
-      for (int64_t j = 0; j < c; ++j) out[j] = F16ToF32(p[j]);
+      for (int64_t j = c0; j < c1; ++j) out[j - c0] = F16ToF32(p[j]);
       return;
     }
     case WeightFormat::kFp8Block: {
       const uint8_t* p = static_cast<const uint8_t*>(w.data) + row * c;
       const float* s = static_cast<const float*>(w.scale) + (row / w.block_rows) * w.scale_cols();
-      for (int64_t j = 0; j < c; ++j) out[j] = Fp8E4M3ToF32(p[j]) * s[j / w.block_cols];
+      for (int64_t j = c0; j < c1; ++j) out[j - c0] = Fp8E4M3ToF32(p[j]) * s[j / w.block_cols];
       return;
     }
     case WeightFormat::kQ8: {
       const int8_t* p = static_cast<const int8_t*>(w.data) + row * c;
       const uint16_t* s = static_cast<const uint16_t*>(w.scale) + row * (c / kQuantGroup);
-      for (int64_t j = 0; j < c; ++j) out[j] = static_cast<float>(p[j]) * F16ToF32(s[j / kQuantGroup]);
+      for (int64_t j = c0; j < c1; ++j) out[j - c0] = static_cast<float>(p[j]) * F16ToF32(s[j / kQuantGroup]);
       return;
     }
     case WeightFormat::kQ4: {
       const uint8_t* p = static_cast<const uint8_t*>(w.data) + row * (c / 2);
       const uint16_t* s = static_cast<const uint16_t*>(w.scale) + row * (c / kQuantGroup);
-      for (int64_t j = 0; j < c; ++j) {
+      for (int64_t j = c0; j < c1; ++j) {
         const int64_t g = j / kQuantGroup, within = j % kQuantGroup;
         const uint8_t byte = p[g * 16 + within % 16];
         const int u = within < 16 ? (byte & 0xf) : (byte >> 4);
-        out[j] = static_cast<float>(u - 8) * F16ToF32(s[g]);
+        out[j - c0] = static_cast<float>(u - 8) * F16ToF32(s[g]);
       }
       return;
     }
@@ -106,13 +109,25 @@ void LinearReference(const LinearWeight& w, const float* x, int64_t n, float* y)
 }
 
 namespace {
-// Reference kernel restricted to rows [r0, r1) (the portable path under threads).
+// Reference kernel restricted to rows [r0, r1) (the portable path under threads). The row
+// is dequantized a piece at a time into the stack, for up to kTokens tokens at once, so a
+// pool worker needs no buffer of its own (one grown on a worker's first use was an
+// allocation in a warm decode step); the sums are Dot's, bit for bit.
 void ReferenceRows(const LinearWeight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1) {
-  thread_local std::vector<float> row;
-  row.resize(static_cast<size_t>(w.cols));
+  constexpr int64_t kPiece = 512, kTokens = 16;  // kPiece a multiple of 8 (DotAdd)
+  float piece[kPiece];
+  detail::DotParts parts[kTokens];
   for (int64_t r = r0; r < r1; ++r) {
-    DequantizeRow(w, r, row.data());
-    for (int64_t t = 0; t < n; ++t) y[t * w.rows + r] = detail::Dot(row.data(), x + t * w.cols, w.cols);
+    for (int64_t t0 = 0; t0 < n; t0 += kTokens) {
+      const int64_t nt = std::min(kTokens, n - t0);
+      for (int64_t t = 0; t < nt; ++t) parts[t] = detail::DotParts{};
+      for (int64_t c0 = 0; c0 < w.cols; c0 += kPiece) {
+        const int64_t c1 = std::min(w.cols, c0 + kPiece);
+        DequantizeColumns(w, r, c0, c1, piece);
+        for (int64_t t = 0; t < nt; ++t) detail::DotAdd(parts[t], piece, x + (t0 + t) * w.cols + c0, c1 - c0);
+      }
+      for (int64_t t = 0; t < nt; ++t) y[(t0 + t) * w.rows + r] = detail::DotEnd(parts[t]);
+    }
   }
 }
 }  // namespace

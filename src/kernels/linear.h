@@ -126,6 +126,8 @@ void LinearReference(const LinearWeight& w, const float* x, int64_t n, float* y)
 
 // Row `row` of W, dequantized to fp32: out[cols]. Used for embedding lookups.
 void DequantizeRow(const LinearWeight& w, int64_t row, float* out);
+// Columns [c0, c1) of row `row`, dequantized: out[c1 - c0].
+void DequantizeColumns(const LinearWeight& w, int64_t row, int64_t c0, int64_t c1, float* out);
 
 // The SIMD kernels behind Linear() (linear_avx512.cpp, linear_avx2.cpp): rows [r0, r1).
 // Return false if they cannot handle this weight (then the reference is used).
