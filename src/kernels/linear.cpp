@@ -323,7 +323,7 @@ void LinearOn(const LinearWeight& w, const float* x, int64_t n, float* y, Thread
 }  // namespace
 
 bool SubnormalsAreSlow() { return Cpu().intel; }
-bool PrefetchPerLine() { return Cpu().intel; }
+bool Fp8GemvEightRows() { return Cpu().intel; }
 
 void Linear(const LinearWeight& w, const float* x, int64_t n, float* y) { LinearOn(w, x, n, y, &ThreadPool::Global()); }
 

@@ -51,8 +51,8 @@ enum class ActivationMode : uint8_t {
 // would make subnormals on the way to exact products, the exact FP8 GEMV's integer decode,
 // take another route there); the ISA-specific kernels ask here rather than include base/cpu.h.
 bool SubnormalsAreSlow();
-// Whether the FP8 GEMV prefetches once per 64-byte line rather than per vector pair (Intel).
-bool PrefetchPerLine();
+// Whether the one-token FP8 GEMV with AVX-512 takes 8 rows a pass (Intel) rather than 4.
+bool Fp8GemvEightRows();
 
 // Columns per scale in kQ8 / kQ4.
 inline constexpr int64_t kQuantGroup = 32;
