@@ -1,6 +1,7 @@
 #include "kernels/linear.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -322,7 +323,11 @@ void LinearOn(const LinearWeight& w, const float* x, int64_t n, float* y, Thread
 }
 }  // namespace
 
-bool SubnormalsAreSlow() { return Cpu().intel; }
+namespace {
+std::atomic<bool> g_subnormals_slow_for_testing{false};
+}  // namespace
+bool SubnormalsAreSlow() { return Cpu().intel || g_subnormals_slow_for_testing.load(std::memory_order_relaxed); }
+void SetSubnormalsSlowForTesting(bool on) { g_subnormals_slow_for_testing.store(on, std::memory_order_relaxed); }
 bool Fp8GemvEightRows() { return Cpu().intel; }
 
 void Linear(const LinearWeight& w, const float* x, int64_t n, float* y) { LinearOn(w, x, n, y, &ThreadPool::Global()); }

@@ -51,6 +51,9 @@ enum class ActivationMode : uint8_t {
 // would make subnormals on the way to exact products, the exact FP8 GEMV's integer decode,
 // take another route there); the ISA-specific kernels ask here rather than include base/cpu.h.
 bool SubnormalsAreSlow();
+// Tests only: SubnormalsAreSlow() answers true on any CPU while on, so the Intel routes run
+// (and are checked) on AMD too.
+void SetSubnormalsSlowForTesting(bool on);
 // Whether the one-token FP8 GEMV with AVX-512 takes 8 rows a pass (Intel) rather than 4.
 bool Fp8GemvEightRows();
 

@@ -247,6 +247,35 @@ TEST(LinearTest, Fp8DecodeGivesTheSameBitsWithXCopiedOrNot) {
   }
 }
 
+// Intel's FP8 GEMV (the fp16 route always, codes in order, no byte shuffle): its own sums,
+// so the same bits for x and x / 2 and for x copied or not, and the reference's values;
+// run on any CPU through the test switch.
+TEST(LinearTest, Fp8DecodeInOrderOnIntel) {
+  std::mt19937 rng(41);
+  const Weight m = Make({WeightFormat::kFp8Block, 21, 8320}, rng);
+  std::vector<float> x(2 * 8320);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 3.0f * std::sin(0.29f * static_cast<float>(i));
+  std::vector<float> half(x.size());
+  for (size_t i = 0; i < x.size(); ++i) half[i] = x[i] * 0.5f;
+  std::vector<float> ref(2 * 21);
+  LinearReference(m.w, x.data(), 2, ref.data());
+  SetSubnormalsSlowForTesting(true);
+  for (bool avx512 : {false, true}) {
+    if (avx512 ? !Cpu().has_avx512() : !Cpu().has_avx2()) continue;
+    auto run = avx512 ? LinearRowsAvx512 : LinearRowsAvx2;
+    std::vector<float> one(21), two(2 * 21), two_half(2 * 21);
+    ASSERT_TRUE(run(m.w, x.data(), 1, one.data(), 0, 21));
+    ASSERT_TRUE(run(m.w, x.data(), 2, two.data(), 0, 21));
+    ASSERT_TRUE(run(m.w, half.data(), 2, two_half.data(), 0, 21));
+    for (int r = 0; r < 21; ++r) EXPECT_EQ(one[r], two[r]) << "row " << r << (avx512 ? " avx512" : " avx2");
+    for (size_t i = 0; i < two.size(); ++i) {
+      EXPECT_EQ(two_half[i], two[i] * 0.5f) << i << (avx512 ? " avx512" : " avx2");
+      EXPECT_NEAR(two[i], ref[i], 1e-3f * (1.0f + std::fabs(ref[i]))) << i << (avx512 ? " avx512" : " avx2");
+    }
+  }
+  SetSubnormalsSlowForTesting(false);
+}
+
 // Decode kernels take several rows per pass; a row's result must not depend on which rows
 // share its pass (ranges that start and end anywhere), for every format and token count.
 TEST(LinearTest, GemvRowRangesComposeToTheWholeMatrix) {
