@@ -34,7 +34,10 @@ RunResult RunM2(const std::string& args, const std::string& env = "") {
 
 std::string Join(const std::vector<int32_t>& ids) {
   std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) s += ',';  // not `"," + std::to_string(...)`: GCC 12 warns there (-Wrestrict, bug 105329)
+    s += std::to_string(ids[i]);
+  }
   return s;
 }
 

@@ -70,7 +70,10 @@ std::vector<int32_t> ParseIds(const std::string& line) {
 
 std::string Join(const std::vector<int32_t>& ids) {
   std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) s += ',';  // not `"," + std::to_string(...)`: GCC 12 warns there (-Wrestrict, bug 105329)
+    s += std::to_string(ids[i]);
+  }
   return s;
 }
 
