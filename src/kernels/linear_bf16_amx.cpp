@@ -17,17 +17,7 @@
 // beside them. FP8: after each scale block (block_cols columns) the C tiles are stored,
 // scaled by their block's scale and added to fp32 totals; bf16 weights need no scaling.
 // The results go to y transposed (y is [token][row]).
-// GCC 12.1-12.2's AVX-512 intrinsics warn on their own _mm512_undefined_* (GCC bug 105593);
-// silenced for the header only, as in linear_simd.inc.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+#include "kernels/simd_intrinsics.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -11,17 +11,7 @@
 // q8 / q4: the panel holds the integers (q, or u - 8: exact in bf16) and the micro-kernel
 // multiplies each row's partial sums by the group's scale every 32 columns, into running
 // totals kept in registers (MicroGroups).
-// GCC 12.1-12.2's AVX-512 intrinsics warn on their own _mm512_undefined_* (GCC bug
-// 105593); silenced for the header only.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+#include "kernels/simd_intrinsics.h"
 
 #include <algorithm>
 #include <cstring>

@@ -16,17 +16,7 @@
 // multiplies each block's fp32 partial sum, as in the exact kernels), the products are
 // exact in fp32, the sums fp32; what differs from the exact path is the activations,
 // rounded to bf16 (at most 2^-9 relative), as in the bf16 prefill GEMM.
-// GCC 12.1-12.2's AVX-512 intrinsics warn on their own _mm512_undefined_* (GCC bug 105593);
-// silenced for the header only, as in linear_simd.inc.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+#include "kernels/simd_intrinsics.h"
 
 #include <algorithm>
 #include <cstring>
