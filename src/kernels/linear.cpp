@@ -100,15 +100,6 @@ void DequantizeColumns(const LinearWeight& w, int64_t row, int64_t c0, int64_t c
   M2_CHECK(false, "unknown weight format");
 }
 
-void LinearReference(const LinearWeight& w, const float* x, int64_t n, float* y) {
-  thread_local std::vector<float> row;
-  row.resize(static_cast<size_t>(w.cols));
-  for (int64_t r = 0; r < w.rows; ++r) {
-    DequantizeRow(w, r, row.data());
-    for (int64_t t = 0; t < n; ++t) y[t * w.rows + r] = detail::Dot(row.data(), x + t * w.cols, w.cols);
-  }
-}
-
 namespace {
 // Reference kernel restricted to rows [r0, r1) (the portable path under threads). The row
 // is dequantized a piece at a time into the stack, for up to kTokens tokens at once, so a
@@ -132,6 +123,8 @@ void ReferenceRows(const LinearWeight& w, const float* x, int64_t n, float* y, i
   }
 }
 }  // namespace
+
+void LinearReference(const LinearWeight& w, const float* x, int64_t n, float* y) { ReferenceRows(w, x, n, y, 0, w.rows); }
 
 namespace {
 // xt[k][t] = x[t][k] for t < n, zero for n <= t < ntp. Eight token rows are read side by
