@@ -281,15 +281,17 @@ int GemmMode(int64_t total, const std::string& only) {
         std::vector<double> best(modes.size());
         for (int rep = 0; rep < 5; ++rep)
           for (size_t v = 0; v < modes.size(); ++v) {
-            if (modes[v].second == m2::ActivationMode::kInt8DecodeInt8Prefill &&
-                m2::Int8GemmFor(f) == m2::Int8GemmKernel::kNone)
-              continue;  // q8 without AVX-512 VNNI: no int8 GEMM (printed as 0)
+            // int8 on FP8 weights: kInt8Prefill (requantized per group as the GEMM unpacks them).
+            const bool int8 = modes[v].second == m2::ActivationMode::kInt8DecodeInt8Prefill;
+            const m2::ActivationMode mode =
+                int8 && f == m2::WeightFormat::kFp8Block ? m2::ActivationMode::kInt8Prefill : modes[v].second;
+            if (int8 && m2::Int8GemmFor(f) == m2::Int8GemmKernel::kNone) continue;  // no int8 GEMM (printed as 0)
             if (amx) m2::SetAmxBf16ForTesting(modes[v].amx);
             const auto t0 = Clock::now();
             int calls = 0;
             do {
               m2::LinearWeight& w = s.mats[static_cast<size_t>(calls) % s.mats.size()];
-              w.activations = modes[v].second;
+              w.activations = mode;
               m2::LinearOnPool(w, xs.data(), n, ys.data(), pool);
             } while (++calls < 4 || Seconds(t0) < 0.04);
             best[v] = std::max(best[v], 2.0 * static_cast<double>(r * c * n) * calls / Seconds(t0));

@@ -71,8 +71,10 @@ Environment:
                   held to AVX2 + FMA + F16C, as on an AVX2-only CPU (llama.cpp built with
                   GGML_NATIVE=OFF and only those into build-avx2, m2 run with M2_KERNELS=avx2),
                   so an AVX-512 machine measures the AVX2 paths too; M2_FAST defaults to 0 there
-  M2_INT8         1: also time m2's q8 / q4 with int8 activations: --activations int8+int8 (int8
-                  decode and the int8 prefill GEMM); 0: not (default: 1 where the CPU has AVX2)
+  M2_INT8         1: also time m2 with --activations int8+int8: q8 / q4 with int8 decode and
+                  the int8 prefill GEMM, FP8 with that GEMM for prefill (its weights requantized
+                  per 32 as it reads them) and exact decode steps; 0: not (default: 1 where the
+                  CPU has AVX2)
 
 What is timed (tokens/s; random token ids on both sides, the same lengths):
   m2 bench      prefill: 512 tokens, best of 2 runs (the first is the warm-up)
@@ -178,9 +180,12 @@ if fast:
     names += ([] if only_q4 else ["m2-fp8-fast"]) + ([] if only_fp8 or only_q4 else ["m2-q8-fast"]) + \
              ([] if only_fp8 else ["m2-q4-fast"])
 # And the int8 activations (M2_INT8: int8+int8) likewise.
-int8 = os.path.exists(f"{results}/m2-q4-int8-1.json")
+# (FP8 with int8+int8 since December 2026: older results lack it and print without it.)
+fp8_int8 = not only_q4 and os.path.exists(f"{results}/m2-fp8-int8-1.json")
+int8 = fp8_int8 or os.path.exists(f"{results}/m2-q4-int8-1.json")
 if int8:
-    names += ([] if only_q4 else ["m2-q8-int8"]) + ["m2-q4-int8"]
+    names += (["m2-fp8-int8"] if fp8_int8 else []) + ([] if only_q4 or only_fp8 else ["m2-q8-int8"]) + \
+             ([] if only_fp8 else ["m2-q4-int8"])
 rounds = []
 for r in range(1, 1000):
     found = [os.path.exists(f"{results}/{n}-{r}.json" if n.startswith("m2") else f"{results}/{n}-{r}.json.d0")
@@ -262,7 +267,7 @@ for m2_label, m2_name, m2_path, ll_label, ll_name in pairs:
     variants = []
     if fast:
         variants.append(("-fast", "bf16" if m2_name == "fp8" else "int8+bf16"))
-    if int8 and m2_name != "fp8":  # the activations each run used, as its JSON records them
+    if int8 and (m2_name != "fp8" or fp8_int8):  # the activations each run used, as its JSON records them
         variants.append(("-int8", load(f"{results}/m2-{m2_name}-int8-{rounds[0]}.json").get("activations", "int8+int8")))
     for suffix, acts in variants:
         f = m2_numbers(m2_name + suffix)
@@ -566,8 +571,9 @@ if [ "$fast" = 1 ]; then
   [ "$pairs" = fp8 ] || runs+=("m2 q4-fast $cache/m2-q4-lmq8 int8+bf16")
 fi
 if [ "$int8" = 1 ]; then
-  [ "$pairs" = q4 ] || runs+=("m2 q8-int8 $cache/m2-q8-lmq8 $q8_int8")
-  runs+=("m2 q4-int8 $cache/m2-q4-lmq8 int8+int8")
+  [ "$pairs" = q4 ] || runs+=("m2 fp8-int8 $slice int8+int8")  # FP8: int8 prefill, exact decode steps
+  [ "$pairs" = all ] && runs+=("m2 q8-int8 $cache/m2-q8-lmq8 $q8_int8")
+  [ "$pairs" = fp8 ] || runs+=("m2 q4-int8 $cache/m2-q4-lmq8 int8+int8")
 fi
 for round in $(seq "$rounds"); do
   phase "benchmark round $round of $rounds"

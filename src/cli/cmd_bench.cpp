@@ -51,12 +51,12 @@ namespace {
 // unit do not make the tile unit its ceiling).
 enum class PrefillGemm { kFp32, kBf16, kBf16Amx, kInt8 };
 // The weight format holding most of the parameters that take the int8 GEMM (q8 or q4; the
-// AVX2 build's ceiling differs between them).
+// AVX2 build's ceiling differs between them; FP8 multiplies as q8 there).
 WeightFormat Int8GemmFormatOf(const ModelWeights& weights) {
   int64_t q8 = 0, q4 = 0;
   ForEachLinear(const_cast<ModelWeights&>(weights), [&](LinearWeight& w) {
-    if (w.activations != ActivationMode::kInt8DecodeInt8Prefill) return;
-    (w.format == WeightFormat::kQ8 ? q8 : q4) += w.rows * w.cols;
+    if (!UsesInt8Gemm(w, kMaxGemvTokens + 1)) return;
+    (w.format == WeightFormat::kQ4 ? q4 : q8) += w.rows * w.cols;
   });
   return q8 > q4 ? WeightFormat::kQ8 : WeightFormat::kQ4;
 }
@@ -66,7 +66,7 @@ PrefillGemm PrefillGemmOf(const ModelWeights& weights) {
   // ForEachLinear takes a mutable model; this only reads.
   ForEachLinear(const_cast<ModelWeights&>(weights), [&](LinearWeight& w) {
     PrefillGemm g = PrefillGemm::kFp32;
-    if (w.activations == ActivationMode::kInt8DecodeInt8Prefill) g = PrefillGemm::kInt8;
+    if (UsesInt8Gemm(w, kMaxGemvTokens + 1)) g = PrefillGemm::kInt8;
     else if (UsesBf16Gemm(w, kMaxGemvTokens + 1))
       g = AmxBf16Available() && GemmAmxSupports(w) ? PrefillGemm::kBf16Amx : PrefillGemm::kBf16;
     params[static_cast<int>(g)] += w.rows * w.cols;

@@ -24,7 +24,8 @@ void AddActivationsFlag(CLI::App* cmd, std::string& value, const std::string& na
                   "activations too (AVX-512 VBMI), other decode steps exact); int8+bf16 (both: int8 decode steps and "
                   "bf16 prefill for q8 / q4 weights, bf16 prefill for the others); int8+int8 (q8 and q4 weights on AVX2 or "
                   "AVX-512 CPUs: int8 in decode steps and in prefill, there on an integer GEMM, 1.3-4x the fp32 one "
-                  "(least for q8 on AVX2 without VNNI); other weights exact). The README gives what each costs")
+                  "(least for q8 on AVX2 without VNNI); FP8 weights: prefill on that GEMM, each 32 weights "
+                  "requantized to int8 as it reads them, decode steps exact; other weights exact). The README gives what each costs")
       ->check(CLI::IsMember({"auto", "exact", "int8", "bf16", "int8+bf16", "int8+int8"}));
 }
 

@@ -34,6 +34,10 @@ inline constexpr int64_t kMaxGemvTokens = 8;
 // kInt8DecodeBf16Prefill (q8 / q4): int8 for decode, bf16 for prefill.
 // kInt8DecodeInt8Prefill (q8 / q4 on CPUs with AVX-512 VNNI): int8 for decode and for
 // prefill, there on the int8 GEMM (linear_int8.h), which gives the reference's bits.
+// kInt8Prefill (FP8 weights whose blocks hold whole 32-column groups, on the avx2 / avx512
+// kernels): exact decode steps, and prefill on that int8 GEMM with each 32-column group of
+// a row requantized to int8 (one fp32 scale, the activations' rule) as the GEMM unpacks it:
+// what `--activations int8+int8` gives FP8 weights (no int8 decode kernel reads FP8).
 // kAuto is a load-time choice only (LoadOptions::activations, `--activations auto`): the
 // model resolves it weight by weight (model.cpp: int8 for q4 weights, exact otherwise); no
 // weight carries it, and Linear() refuses one that does.
@@ -44,6 +48,7 @@ enum class ActivationMode : uint8_t {
   kBf16Prefill,
   kInt8DecodeBf16Prefill,
   kInt8DecodeInt8Prefill,
+  kInt8Prefill,
   kAuto
 };
 
@@ -76,8 +81,8 @@ struct LinearWeight {
   const void* data = nullptr;
   const void* scale = nullptr;
   int64_t block_rows = 128, block_cols = 128;
-  // kQ8 / kQ4 only: when to multiply with the activations quantized to int8 per 32
-  // columns (linear_int8.h) instead of in fp32. Set by the model on load when asked.
+  // How this weight meets its activations (ActivationMode above): exact fp32, int8 per 32
+  // columns (linear_int8.h) or bf16 (linear_bf16.h). Set by the model on load when asked.
   ActivationMode activations = ActivationMode::kExact;
 
   int64_t scale_cols() const {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "base/cpu.h"
 #include "base/dtype.h"
@@ -41,12 +42,32 @@ void QuantizeActivationsInt8(const float* x, int64_t n, int64_t cols, int8_t* q,
   }
 }
 
+float QuantizeFp8GroupInt8(const uint8_t* codes, float block_scale, int8_t* q) {
+  float v[kQuantGroup], d, c;
+  for (int i = 0; i < kQuantGroup; ++i) v[i] = Fp8E4M3ToF32(codes[i]);  // the table: NaN codes as NaN
+  QuantizeActivationsInt8(v, 1, kQuantGroup, q, &d, &c);
+  return d * block_scale;
+}
+
+bool Fp8FitsInt8Groups(const LinearWeight& w) {
+  return w.format == WeightFormat::kFp8Block && w.cols % kQuantGroup == 0 && w.block_cols % kQuantGroup == 0;
+}
+
 bool LinearInt8RowsReference(const LinearWeight& w, const Int8Activations& a, float* y, int64_t r0, int64_t r1) {
-  const bool q4 = w.format == WeightFormat::kQ4;
-  if (!q4 && w.format != WeightFormat::kQ8) return false;
+  const bool q4 = w.format == WeightFormat::kQ4, fp8 = Fp8FitsInt8Groups(w);
+  if (!q4 && !fp8 && w.format != WeightFormat::kQ8) return false;
   const int64_t K = w.cols, G = K / kQuantGroup;
+  std::vector<int8_t> fq(fp8 ? static_cast<size_t>(K) : 0);
+  std::vector<float> fs(fp8 ? static_cast<size_t>(G) : 0);
   for (int64_t r = r0; r < r1; ++r) {
-    const uint16_t* s = static_cast<const uint16_t*>(w.scale) + r * G;
+    const uint16_t* s = fp8 ? nullptr : static_cast<const uint16_t*>(w.scale) + r * G;
+    if (fp8) {  // the row requantized per group, its scales in fp32
+      const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * K;
+      const float* bs = static_cast<const float*>(w.scale) + (r / w.block_rows) * w.scale_cols();
+      for (int64_t g = 0; g < G; ++g)
+        fs[static_cast<size_t>(g)] =
+            QuantizeFp8GroupInt8(p + g * kQuantGroup, bs[g * kQuantGroup / w.block_cols], fq.data() + g * kQuantGroup);
+    }
     for (int64_t t = 0; t < a.n; ++t) {
       const int8_t* xq = a.q + t * K;
       float acc = 0.0f;
@@ -59,11 +80,12 @@ bool LinearInt8RowsReference(const LinearWeight& w, const Int8Activations& a, fl
             dot += ((p[i] >> 4) - 8) * xq[g * kQuantGroup + 16 + i];
           }
         } else {
-          const int8_t* p = static_cast<const int8_t*>(w.data) + r * K + g * kQuantGroup;
+          const int8_t* p = fp8 ? fq.data() + g * kQuantGroup : static_cast<const int8_t*>(w.data) + r * K + g * kQuantGroup;
           for (int i = 0; i < kQuantGroup; ++i) dot += p[i] * xq[g * kQuantGroup + i];
         }
         // One fused multiply-add per group, as the int8 GEMM's epilogue (linear_int8_gemm_simd.inc).
-        acc = std::fma(static_cast<float>(dot), F16ToF32(s[g]) * a.d[t * G + g], acc);
+        const float sw = fp8 ? fs[static_cast<size_t>(g)] : F16ToF32(s[g]);
+        acc = std::fma(static_cast<float>(dot), sw * a.d[t * G + g], acc);
       }
       y[t * w.rows + r] = acc;
     }
@@ -72,7 +94,7 @@ bool LinearInt8RowsReference(const LinearWeight& w, const Int8Activations& a, fl
 }
 
 Int8GemmKernel Int8GemmFor(WeightFormat f) {
-  if (f != WeightFormat::kQ8 && f != WeightFormat::kQ4) return Int8GemmKernel::kNone;
+  if (f != WeightFormat::kQ8 && f != WeightFormat::kQ4 && f != WeightFormat::kFp8Block) return Int8GemmKernel::kNone;
   const KernelIsa isa = ActiveIsa();
   const CpuFeatures& cpu = Cpu();
   if (isa == KernelIsa::kAvx512 && cpu.avx512_vnni) return Int8GemmKernel::kAvx512Vnni;
@@ -85,8 +107,10 @@ Int8GemmKernel Int8GemmFor(WeightFormat f) {
 int64_t Int8GemmLanes(Int8GemmKernel k) { return k == Int8GemmKernel::kAvx512Vnni ? 16 : 8; }
 
 bool UsesInt8Gemm(const LinearWeight& w, int64_t n) {
-  return w.activations == ActivationMode::kInt8DecodeInt8Prefill && n > kMaxGemvTokens &&
-         (w.format == WeightFormat::kQ8 || w.format == WeightFormat::kQ4);
+  if (n <= kMaxGemvTokens) return false;
+  if (w.activations == ActivationMode::kInt8DecodeInt8Prefill)
+    return w.format == WeightFormat::kQ8 || w.format == WeightFormat::kQ4;
+  return w.activations == ActivationMode::kInt8Prefill && Fp8FitsInt8Groups(w);
 }
 
 Int8RowsFn Int8RowsKernel(KernelIsa isa, const CpuFeatures& cpu) {

@@ -40,7 +40,18 @@ void QuantizeActivationsInt8(const float* x, int64_t n, int64_t cols, int8_t* q,
 // The same with AVX2 (identical results; needs AVX2).
 void QuantizeActivationsInt8Avx2(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, float* c);
 
-// y[t][r] for rows [r0, r1) of a q8 / q4 weight and all n tokens of `a`. The portable
+// FP8 weights in the int8 GEMM (ActivationMode::kInt8Prefill): the 32 codes of a group of
+// a row (one 128 x 128 block scale covers them), decoded exactly (the NaN codes 0x7f / 0xff
+// as NaN) and quantized by the activations' rule (QuantizeActivationsInt8: q in [-127, 127],
+// d = max|v| / 127, a NaN making d NaN); the group's weight is then q x (d x block_scale),
+// the product d x block_scale rounded once to fp32 (returned). Portable; the GEMMs' own
+// unpacking gives the same bytes and scale.
+float QuantizeFp8GroupInt8(const uint8_t* codes, float block_scale, int8_t* q);
+// Whether an FP8 weight can take that path: its blocks hold whole 32-column groups.
+bool Fp8FitsInt8Groups(const LinearWeight& w);
+
+// y[t][r] for rows [r0, r1) of a q8 / q4 weight (or an FP8 one, requantized per group as
+// above; the reference only) and all n tokens of `a`. The portable
 // reference (integer dot per group, then fp32 sums in group order) and the x86 kernels
 // (linear_int8_simd.inc), which give each other's bits: AVX2 (needs AVX2, FMA and F16C),
 // AVX-512 VNNI (also AVX-512 F/BW/VL) and AVX-VNNI (AVX2 + AVX-VNNI). All return false for
@@ -50,9 +61,10 @@ bool LinearInt8RowsAvx2(const LinearWeight& w, const Int8Activations& a, float* 
 bool LinearInt8RowsAvx512Vnni(const LinearWeight& w, const Int8Activations& a, float* y, int64_t r0, int64_t r1);
 bool LinearInt8RowsAvxVnni(const LinearWeight& w, const Int8Activations& a, float* y, int64_t r0, int64_t r1);
 
-// The int8 prefill GEMM (ActivationMode::kInt8DecodeInt8Prefill, `--activations
-// int8+int8`; linear_int8_gemm_simd.inc): products of more than kMaxGemvTokens tokens with
-// q8 / q4 weights. Three builds: AVX-512 VNNI (q8 and q4; vpdpbusd, 64 multiply-adds per
+// The int8 prefill GEMM (ActivationMode::kInt8DecodeInt8Prefill and kInt8Prefill,
+// `--activations int8+int8`; linear_int8_gemm_simd.inc): products of more than
+// kMaxGemvTokens tokens with q8 / q4 weights, and FP8 ones requantized per group as they
+// are unpacked (QuantizeFp8GroupInt8; then as q8). Three builds: AVX-512 VNNI (q8 and q4; vpdpbusd, 64 multiply-adds per
 // instruction, twice vdpbf16ps and four times an fp32 FMA), AVX-VNNI (q8 and q4; the VEX
 // vpdpbusd on 256-bit vectors, 32 multiply-adds) and AVX2 (q4: vpmaddubsw with int16 sums
 // over each group; q8: vpsignb + vpmaddubsw + vpmaddwd, int32 sums). All give the bits of LinearInt8RowsReference for every token,
@@ -87,10 +99,10 @@ void PackTokensInt8Avx512(const float* x, int64_t n, int64_t K, int64_t ntp, int
                           int32_t* negsum, float* d);
 void PackTokensInt8Avx2(const float* x, int64_t n, int64_t K, int64_t ntp, int64_t t0, int64_t t1, uint32_t* q,
                         int32_t* negsum, float* d);
-// y[t][r] for rows [r0, r1) of a weight and the n tokens of x: q8 / q4 with AVX-512 F/BW/VL
-// and VNNI (ntp a multiple of 16), q8 / q4 with AVX2 and AVX-VNNI (ntp a multiple of 8;
-// tokens packed by PackTokensInt8Avx2), q8 / q4 with AVX2 (ntp a multiple of 8); false for
-// another format.
+// y[t][r] for rows [r0, r1) of a weight and the n tokens of x: q8 / q4 / FP8 with AVX-512
+// F/BW/VL and VNNI (ntp a multiple of 16), with AVX2 and AVX-VNNI (ntp a multiple of 8;
+// tokens packed by PackTokensInt8Avx2), with AVX2 (ntp a multiple of 8); false for another
+// format (or FP8 whose blocks split a group).
 bool GemmRowsInt8Avx512Vnni(const LinearWeight& w, const Int8TokenTiles& x, float* y, int64_t r0, int64_t r1);
 bool GemmRowsInt8AvxVnni(const LinearWeight& w, const Int8TokenTiles& x, float* y, int64_t r0, int64_t r1);
 bool GemmRowsInt8Avx2(const LinearWeight& w, const Int8TokenTiles& x, float* y, int64_t r0, int64_t r1);

@@ -45,7 +45,8 @@ namespace {
 Status SetActivations(ModelWeights& weights, ActivationMode mode) {
   if (mode == ActivationMode::kExact) return Status::Ok();
   const auto exact_prefill = [](LinearWeight& w) {
-    if (w.activations == ActivationMode::kBf16Prefill) w.activations = ActivationMode::kExact;
+    if (w.activations == ActivationMode::kBf16Prefill || w.activations == ActivationMode::kInt8Prefill)
+      w.activations = ActivationMode::kExact;
     if (w.activations == ActivationMode::kInt8DecodeBf16Prefill || w.activations == ActivationMode::kInt8DecodeInt8Prefill)
       w.activations = ActivationMode::kInt8Decode;
   };
@@ -77,23 +78,28 @@ Status SetActivations(ModelWeights& weights, ActivationMode mode) {
   int64_t quantized = 0, taken = 0;
   ForEachLinear(weights, [&](LinearWeight& w) {
     const bool q = w.format == WeightFormat::kQ8 || w.format == WeightFormat::kQ4;
+    // int8+int8 prefills FP8 weights on the int8 GEMM too (their decode steps stay exact).
+    const bool fp8_int8 = int8_prefill && Fp8FitsInt8Groups(w);
     ActivationMode m = ActivationMode::kExact;
     if (q) m = mode;
+    else if (fp8_int8) m = ActivationMode::kInt8Prefill;
     else if (bf16 && (w.format == WeightFormat::kBF16 || w.format == WeightFormat::kFp8Block))
       m = ActivationMode::kBf16Prefill;
-    quantized += q ? 1 : 0;
+    quantized += q || fp8_int8 ? 1 : 0;
     taken += m != ActivationMode::kExact ? 1 : 0;
     w.activations = m;
   });
   if (int8 && quantized == 0)
-    return Error("--activations {} needs q8 or q4 weights (m2 quantize); this checkpoint has none", flag);
+    return Error("--activations {} needs q8 or q4 weights (m2 quantize){}; this checkpoint has none", flag,
+                 int8_prefill ? " or FP8 ones" : "");
   if (taken == 0) return Error("--activations bf16 needs bf16, FP8, q8 or q4 weights; this checkpoint has none");
   exact_prefill_heads();
   // Every weight left with int8 prefill needs a GEMM for its format on this CPU: q8 and q4
   // have AVX-512 VNNI, AVX-VNNI and AVX2 builds, so only the portable kernels lack one.
   Status missing = Status::Ok();
   ForEachLinear(weights, [&](LinearWeight& w) {
-    if (missing.ok() && w.activations == ActivationMode::kInt8DecodeInt8Prefill &&
+    if (missing.ok() &&
+        (w.activations == ActivationMode::kInt8DecodeInt8Prefill || w.activations == ActivationMode::kInt8Prefill) &&
         Int8GemmFor(w.format) == Int8GemmKernel::kNone)
       missing = Error("--activations int8+int8 on {} weights needs {}; this CPU has {} and runs the {} kernels "
                       "(--activations int8 runs int8 decode steps on any AVX2 CPU)",

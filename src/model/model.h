@@ -88,7 +88,9 @@ struct LoadOptions {
   // FP8 / q8 / q4 weights with activations rounded to bf16 (kernels/linear_bf16.h);
   // kInt8DecodeBf16Prefill: both. An error on a CPU without AVX-512 BF16 or a model
   // without such weights (SetActivations in model.cpp). kInt8DecodeInt8Prefill: int8 for
-  // q8 / q4 weights in prefill too, on the int8 GEMM; an error without AVX-512 VNNI.
+  // q8 / q4 weights in prefill too, on the int8 GEMM, and int8 prefill for FP8 weights
+  // (requantized per 32 columns there; exact decode steps: kInt8Prefill); an error on the
+  // portable kernels or a model with none of these formats.
   // kAuto: int8 decode and prefill for q4 weights where the CPU runs the int8 kernels,
   // exact for everything else (the CLI's default; model.cpp says why). The default here
   // stays kExact: a program that embeds the model chooses.

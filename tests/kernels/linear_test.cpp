@@ -625,7 +625,9 @@ TEST(Int8GemmTest, EachBuildGivesTheReferenceBits) {
   };
   std::mt19937 rng(29);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (const Case& c : std::vector<Case>{{WeightFormat::kQ4, 29, 544}, {WeightFormat::kQ8, 29, 544}}) {
+  for (const Case& c : std::vector<Case>{{WeightFormat::kQ4, 29, 544},
+                                         {WeightFormat::kQ8, 29, 544},
+                                         {WeightFormat::kFp8Block, 29, 544, /*checkpoint_codes=*/true}}) {
     Weight m = Make(c, rng);
     if (c.format == WeightFormat::kQ8) {
       m.data[3] = 0x80;  // -128: w + 128 = 0 as the unsigned operand
@@ -664,6 +666,92 @@ TEST(Int8GemmTest, EachBuildGivesTheReferenceBits) {
       if (n % 16 == 0 && !q16_lanes.empty()) { EXPECT_EQ(q8_lanes, q16_lanes) << "the two packings, n=" << n; }
     }
   }
+}
+
+// FP8 weights on the int8 GEMM (kInt8Prefill, what --activations int8+int8 gives them):
+// each 32-column group of a row decoded and requantized to int8 with an fp32 scale, then as
+// q8. The reference's bits for every token and batch (partial 128-column blocks, a
+// single-group matrix, checkpoint-like codes with lines of zero and subnormal codes, a
+// different block scale per block), within a small part of the exact product's range, and
+// decode-sized products exact.
+TEST(Int8GemmTest, Fp8RequantizedGivesTheReferenceBits) {
+  if (Int8GemmFor(WeightFormat::kFp8Block) == Int8GemmKernel::kNone) GTEST_SKIP() << "the portable kernels: no int8 GEMM";
+  std::mt19937 rng(31);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const Case& c : std::vector<Case>{{WeightFormat::kFp8Block, 37, 800},
+                                         {WeightFormat::kFp8Block, 25, 256, /*checkpoint_codes=*/true},
+                                         {WeightFormat::kFp8Block, 12, 32},
+                                         {WeightFormat::kFp8Block, 140, 384, /*checkpoint_codes=*/true}}) {
+    Weight m = Make(c, rng);
+    for (int64_t n : {9, 17, 45, 131}) {
+      std::vector<float> x(static_cast<size_t>(n * c.cols));
+      for (auto& v : x) v = nd(rng);
+      const Int8Input in = QuantizeForInt8(x, n, c.cols);
+      std::vector<float> ref(static_cast<size_t>(n * c.rows)), got(ref.size(), -1.0f), exact(ref.size());
+      ASSERT_TRUE(LinearInt8RowsReference(m.w, in.a, ref.data(), 0, c.rows));
+      m.w.activations = ActivationMode::kExact;
+      Linear(m.w, x.data(), n, exact.data());
+      m.w.activations = ActivationMode::kInt8Prefill;
+      ASSERT_TRUE(UsesInt8Gemm(m.w, n));
+      Linear(m.w, x.data(), n, got.data());
+      ASSERT_EQ(got, ref) << c.rows << "x" << c.cols << " n=" << n;
+      float range = 0.0f, err = 0.0f;
+      for (size_t i = 0; i < got.size(); ++i) range = std::max(range, std::fabs(exact[i])), err = std::max(err, std::fabs(got[i] - exact[i]));
+      EXPECT_LT(err, 0.03f * range) << c.rows << "x" << c.cols << " n=" << n << ": int8 against exact";
+      EXPECT_GT(err, 0.0f);
+      // Decode-sized products stay exact.
+      std::vector<float> one(static_cast<size_t>(c.rows)), one_exact(one.size());
+      Linear(m.w, x.data(), 1, one.data());
+      m.w.activations = ActivationMode::kExact;
+      Linear(m.w, x.data(), 1, one_exact.data());
+      EXPECT_EQ(one, one_exact);
+    }
+  }
+}
+
+// A group's requantization by hand: codes 1.0, -0.5, 448 (the largest), a subnormal and
+// zeros, block scale 2: d = 448 / 127 x 2 rounded, q = round(v x 127 / 448); a NaN code
+// makes the group's scale NaN (its q zero), so a row holding one gives NaN outputs.
+TEST(Int8GemmTest, Fp8GroupRequantizedByHand) {
+  uint8_t codes[32] = {};
+  codes[0] = 0x38, codes[1] = 0xb0, codes[2] = 0x7e, codes[3] = 0x01, codes[4] = 0xd0;  // 1, -0.5, 448, 2^-9, -8
+  int8_t q[32];
+  const float d = QuantizeFp8GroupInt8(codes, 2.0f, q);
+  EXPECT_EQ(d, (448.0f / 127.0f) * 2.0f);
+  EXPECT_EQ(q[0], 0);  // 127 / 448 = 0.28
+  EXPECT_EQ(q[1], 0);
+  EXPECT_EQ(q[2], 127);
+  EXPECT_EQ(q[3], 0);
+  EXPECT_EQ(q[4], -2);  // -8 x 127 / 448 = -2.27
+  codes[7] = 0xff;
+  EXPECT_TRUE(std::isnan(QuantizeFp8GroupInt8(codes, 2.0f, q)));
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(q[i], 0);
+
+  if (Int8GemmFor(WeightFormat::kFp8Block) == Int8GemmKernel::kNone) return;
+  std::mt19937 rng(37);
+  Weight m = Make({WeightFormat::kFp8Block, 20, 160}, rng);
+  m.data[5 * 160 + 70] = 0x7f;  // row 5, third group
+  const int64_t n = 12;
+  std::vector<float> x(static_cast<size_t>(n * 160));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.29f * static_cast<float>(i));
+  const Int8Input in = QuantizeForInt8(x, n, 160);
+  std::vector<float> ref(static_cast<size_t>(n * 20)), got(ref.size());
+  ASSERT_TRUE(LinearInt8RowsReference(m.w, in.a, ref.data(), 0, 20));
+  m.w.activations = ActivationMode::kInt8Prefill;
+  Linear(m.w, x.data(), n, got.data());
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t r = 0; r < 20; ++r) {
+      if (r == 5) ASSERT_TRUE(std::isnan(got[t * 20 + r])) << t;
+      else ASSERT_EQ(got[t * 20 + r], ref[t * 20 + r]) << t << " " << r;
+    }
+  // Blocks that split a group keep the exact kernels; so do other formats under this mode.
+  m.w.block_cols = 48;
+  EXPECT_FALSE(UsesInt8Gemm(m.w, 40));
+  m.w.block_cols = 128;
+  EXPECT_TRUE(UsesInt8Gemm(m.w, 40));
+  Weight q8w = Make({WeightFormat::kQ8, 8, 64}, rng);
+  q8w.w.activations = ActivationMode::kInt8Prefill;
+  EXPECT_FALSE(UsesInt8Gemm(q8w.w, 40));
 }
 
 // One token with a NaN (or an infinity) among tokens without: its outputs are NaN, the
