@@ -131,7 +131,6 @@ load_mode=${LLAMA_LOAD_MODE:-none}
 [[ $load_mode =~ ^(none|auto)$ ]] || { echo "compare_llamacpp.sh: LLAMA_LOAD_MODE must be none or auto, found '$load_mode'" >&2; exit 2; }
 pairs=${PAIRS:-all}
 [[ $pairs =~ ^(all|fp8|q4)$ ]] || { echo "compare_llamacpp.sh: PAIRS must be all, fp8 or q4, found '$pairs'" >&2; exit 2; }
-[ "$pairs" = fp8 ] && int8=0  # the int8 GEMM is for q8 / q4 weights
 
 # --- progress and errors --------------------------------------------------------------------
 step="start"
