@@ -683,7 +683,8 @@ TEST(Int8GemmTest, Fp8RequantizedGivesTheReferenceBits) {
                                          {WeightFormat::kFp8Block, 12, 32},
                                          {WeightFormat::kFp8Block, 140, 384, /*checkpoint_codes=*/true}}) {
     Weight m = Make(c, rng);
-    for (int64_t n : {9, 17, 45, 131}) {
+    for (int64_t n : {9, 17, 45, 131, 600}) {  // 600: FP8 products go in chunks of 512 tokens
+      if (n == 600 && c.rows * c.cols > 100000) continue;
       std::vector<float> x(static_cast<size_t>(n * c.cols));
       for (auto& v : x) v = nd(rng);
       const Int8Input in = QuantizeForInt8(x, n, c.cols);
