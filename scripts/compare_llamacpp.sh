@@ -83,6 +83,11 @@ What is timed (tokens/s; random token ids on both sides, the same lengths):
                 with synthetic keys and values)
   llama-bench   -r 1: one warm-up run, then one timed run; prefill: pp512; decode: tg64
                 (64 tokens / their total time) at depth 0 and after a 2048-token prompt (-d 2048)
+  The memory's read speed while each engine decodes: m2 bench's reads of the weights
+                between its steps; for llama.cpp 'm2 bench --probe' just before and after each
+                llama-bench call (its prefill, decode at depth 0 and at depth 2048 are three
+                calls); the table's "per read" column divides each engine's decode tokens/s by
+                it (a VM's memory can switch between speeds from one minute to the next).
   Both use THREADS threads and keep keys and values in 16 bits (m2 bf16, llama.cpp f16).
   Both read the weights into memory rather than mapping the files (m2's default where they
   fit, llama-bench -lm none; LLAMA_LOAD_MODE=auto gives llama.cpp its default, the mapping):
@@ -214,8 +219,9 @@ def llama_numbers(name):
     out = {"prefill": [], "d0": [], "d2048": []}
     for r in rounds:
         rows = load(f"{results}/llama-{name}-{r}.json.d0")
-        path = f"{results}/llama-{name}-{r}.json.d2048"
-        rows += load(path) if os.path.exists(path) else []
+        for extra in ("d2048", "pp"):  # pp: prefill in a call of its own (since the read probes)
+            path = f"{results}/llama-{name}-{r}.json.{extra}"
+            rows += load(path) if os.path.exists(path) else []
         for t in rows:
             if t["n_prompt"] == 512 and t["n_gen"] == 0 and t.get("n_depth", 0) == 0:
                 out["prefill"].append(t["avg_ts"])
@@ -224,6 +230,43 @@ def llama_numbers(name):
             elif t["n_prompt"] == 0 and t["n_gen"] == 64 and t.get("n_depth", 0) == 2048:
                 out["d2048"].append(t["avg_ts"])
     return out
+
+def mean_read(before, after):
+    return (before + after) / 2 / 1e9
+
+def m2_reads(name):
+    """Per round, per decode row: the memory's read speed (GB/s) while m2 decoded, from m2
+    bench's reads of the weights between the steps (the step's bytes x tokens/s over its
+    median share of those reads)."""
+    out = {"d0": [], "d2048": []}
+    for r in rounds:
+        for d in load(f"{results}/m2-{name}-{r}.json")["decode"]:
+            key = {1: "d0", 2049: "d2048"}.get(d.get("context"))
+            v = d.get("of_reads_between_steps")
+            if key is None:
+                continue
+            if not v:
+                return None
+            step_bytes = d["weight_bytes_per_token"] + d.get("kv_bytes_per_token", 0) + d.get("state_bytes_per_token", 0)
+            out[key].append(step_bytes * d["tokens_per_s"] / v["median"] / 1e9)
+    return out
+
+def llama_reads(name):
+    """Per round, per decode row: the mean of `m2 bench --probe` just before and after the
+    llama-bench call that timed it; None for results from before the probes."""
+    out = {"d0": [], "d2048": []}
+    for r in rounds:
+        paths = [f"{results}/llama-{name}-{r}.json.read{i}" for i in range(4)]
+        if not all(os.path.exists(p) for p in paths):
+            return None
+        g = [load(p)["read_bandwidth_bytes_per_s"] for p in paths]
+        out["d2048"].append(mean_read(g[0], g[1]))
+        out["d0"].append(mean_read(g[2], g[3]))
+    return out
+
+def per_read(tps, reads):
+    """Median over the rounds of tokens/s per GB/s of the read measured around each."""
+    return statistics.median(t / g for t, g in zip(tps, reads))
 
 def size_gib(path):
     files = [path] if os.path.isfile(path) else glob.glob(f"{path}/*.safetensors")
@@ -240,7 +283,12 @@ print(f"llama.cpp build {first.get('build_commit')} ({first.get('backends')}), c
       f"flash_attn {first.get('flash_attn')}, K/V cache {first.get('type_k')}/{first.get('type_v')}")
 print(f"m2 kernels: {m2_first.get('kernels')}, K/V cache bf16; threads: m2 {m2_first.get('threads')}, "
       f"llama.cpp {first.get('n_threads')}; {len(rounds)} complete round(s)")
-print("tokens/s: median [min..max] over the rounds; ratio = m2 median / llama.cpp median\n")
+print("tokens/s: median [min..max] over the rounds; ratio = m2 median / llama.cpp median")
+if glob.glob(f"{results}/llama-*.json.read3"):
+    print("per read (decode): the same ratio of tokens/s per GB/s of the memory's read speed while each engine\n"
+          "decoded (m2: its reads of the weights between the steps; llama.cpp: `m2 bench --probe` just before and\n"
+          "after the llama-bench call): the engines compared as if both had run in the same memory minute")
+print()
 
 pairs = [
     ("m2 FP8, lm_head bf16", "fp8", slice_dir, "llama.cpp Q8_0, output bf16", "q8_0-outbf16"),
@@ -253,15 +301,24 @@ if only_fp8:
 if only_q4:
     pairs = pairs[2:]
 rows = [("prefill 512", "prefill"), ("decode depth 0", "d0"), ("decode depth 2048", "d2048")]
+def adjusted(a, ar, b, br, key):
+    if ar is None or br is None or key not in ar or not a[key] or not b[key] or len(a[key]) != len(ar[key]) \
+            or len(b[key]) != len(br[key]):
+        return ""
+    return f" {per_read(a[key], ar[key]) / per_read(b[key], br[key]):9.2f}"
+
 for m2_label, m2_name, m2_path, ll_label, ll_name in pairs:
     a, b = m2_numbers(m2_name), llama_numbers(ll_name)
+    ar, br = m2_reads(m2_name), llama_reads(ll_name)
     print(f"{m2_label} ({size_gib(m2_path):.2f} GiB)  vs  {ll_label} "
           f"({size_gib(f'{cache}/gguf/slice-{ll_name}.gguf'):.2f} GiB)")
-    print(f"  {'':<18} {'m2':>22} {'llama.cpp':>22} {'m2/llama.cpp':>13}")
+    print(f"  {'':<18} {'m2':>22} {'llama.cpp':>22} {'m2/llama.cpp':>13}" + (f" {'per read':>9}" if ar and br else ""))
     for label, key in rows:
         ratio = (f"{statistics.median(a[key]) / statistics.median(b[key]):13.2f}"
                  if a[key] and b[key] else f"{'n/a':>13}")
-        print(f"  {label:<18} {cell(a[key])} {cell(b[key])} {ratio}")
+        print(f"  {label:<18} {cell(a[key])} {cell(b[key])} {ratio}{adjusted(a, ar, b, br, key)}")
+    if ar and br:
+        print(f"  {'read GB/s, decode':<18} {cell(ar['d0'])} {cell(br['d0'])}")
     # The same m2 model with its fast activations, against the same llama.cpp runs.
     variants = []
     if fast:
@@ -271,10 +328,11 @@ for m2_label, m2_name, m2_path, ll_label, ll_name in pairs:
     for suffix, acts in variants:
         f = m2_numbers(m2_name + suffix)
         print(f"  m2 --activations {acts}:")
+        fr = m2_reads(m2_name + suffix)
         for label, key in rows:
             ratio = (f"{statistics.median(f[key]) / statistics.median(b[key]):13.2f}"
                      if f[key] and b[key] else f"{'n/a':>13}")
-            print(f"  {label:<18} {cell(f[key])} {cell(b[key])} {ratio}")
+            print(f"  {label:<18} {cell(f[key])} {cell(b[key])} {ratio}{adjusted(f, fr, b, br, key)}")
     print()
 if os.path.exists(f"{results}/load.txt"):
     print("machine load during the benchmark (1, 5, 15 min averages; above 0 means other work competed):")
@@ -541,16 +599,31 @@ bench_m2() {
 }
 # llama-bench: one warm-up run, then one timed run of each test (-r 1). Two calls, so that
 # the prompt is not also timed at depth 2048 (not compared here, and slow on 2 cores).
+# The memory's read speed on the benchmark's threads, into $1 (JSON): m2 bench takes this
+# probe before and after its own timings; here it is taken around each llama-bench call, so
+# the table can set both engines against the memory of their own minutes (this VM's memory
+# switches between speeds within minutes).
+probe_read() {
+  "$m2" bench --probe --json -t "$threads" >"$1.part" 2>>"$1.log" || { tail -n 5 "$1.log" >&2; return 1; }
+  mv "$1.part" "$1"
+}
 bench_llama() {
   local label=$1 file=$2 out=$3
   note "llama.cpp $label"
+  probe_read "$out.read0"
   if [ $depth_flag = 1 ]; then
     "$bin/llama-bench" -m "$file" -t "$threads" "${load_args[@]}" -p 0 -n 64 -d 2048 -r 1 -o json >"$out.d2048.part" 2>"$out.log" ||
       { tail -n 20 "$out.log" >&2; return 1; }
     mv "$out.d2048.part" "$out.d2048"
   fi
-  "$bin/llama-bench" -m "$file" -t "$threads" "${load_args[@]}" -p 512 -n 64 -r 1 -o json >"$out.d0.part" 2>>"$out.log" ||
+  probe_read "$out.read1"
+  "$bin/llama-bench" -m "$file" -t "$threads" "${load_args[@]}" -p 512 -n 0 -r 1 -o json >"$out.pp" 2>>"$out.log" ||
     { tail -n 20 "$out.log" >&2; return 1; }
+  # Decode at depth 0 in a call of its own, so that the probes around it bracket it alone.
+  probe_read "$out.read2"
+  "$bin/llama-bench" -m "$file" -t "$threads" "${load_args[@]}" -p 0 -n 64 -r 1 -o json >"$out.d0.part" 2>>"$out.log" ||
+    { tail -n 20 "$out.log" >&2; return 1; }
+  probe_read "$out.read3"
   mv "$out.d0.part" "$out.d0"  # the .d0 file marks a finished run (see print_table)
 }
 runs=(

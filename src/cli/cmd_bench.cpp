@@ -139,7 +139,24 @@ struct BenchOptions {
   int64_t load_prompt = 64;
   int load_decode = 128;
   std::string parallel = "off";
+  bool probe = false;             // only the read-bandwidth probe, no model
 };
+
+// --probe: the memory's read speed on the benchmark's threads, the probe every run of m2
+// bench takes before and after its timings, alone (no model): for timing another program
+// (scripts/compare_llamacpp.sh reads it around each llama.cpp run, so that both engines'
+// decode speeds can be set against the memory of their own minutes).
+int RunProbe(const BenchOptions& o) {
+  ThreadPool pool(o.threads);
+  const double bandwidth = MeasureBandwidth(pool);
+  if (o.json) {
+    nlohmann::json j = {{"read_bandwidth_bytes_per_s", bandwidth}, {"threads", pool.size()}, {"kernels", IsaName(ActiveIsa())}};
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("read bandwidth: %.2f GB/s on %d threads (%s kernels)\n", bandwidth / 1e9, pool.size(), IsaName(ActiveIsa()));
+  }
+  return 0;
+}
 
 // Statistics of one measurement over its repetitions, in tokens/s: the best and the
 // median, and (as llama-bench reports) the mean and the sample standard deviation.
@@ -323,6 +340,13 @@ Result<std::vector<int32_t>> ParseCounts(const std::string& text, const char* fl
 }
 
 int Run(const BenchOptions& o) {
+  if (o.probe) {
+    if (!o.model.empty()) return Fail(Error("m2 bench --probe measures the memory alone: drop -m {}", o.model));
+    return RunProbe(o);
+  }
+  if (o.model.empty())
+    return Fail(Error("m2 bench needs a model folder: -m DIR (make one with m2 make-bench-model; or --probe alone, "
+                      "which measures the memory's read speed)"));
   auto par = StartParallel(o.parallel, o.model,
                            {.progress = false, .threads = o.threads, .activations = ActivationsOf(o.activations), .attention = AttentionOf(o.attention)});
   if (!par.ok()) return Fail(par.status());
@@ -839,7 +863,10 @@ void AddBench(CLI::App& app, Runner& run) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand(
       "bench", "Measure prefill and decode speed against this machine's bandwidth and FMA peak (see make-bench-model).");
-  cmd->add_option("-m,--model", o->model, "Model folder")->required();
+  cmd->add_option("-m,--model", o->model, "Model folder (needed by everything but --probe)");
+  cmd->add_flag("--probe", o->probe,
+                "Only measure the memory's read speed on -t threads (the probe each run takes before and after its "
+                "timings), no model; --json for JSON");
   cmd->add_option("--prefill", o->prefill, "Prompt lengths to time, comma separated");
   cmd->add_option("--context", o->contexts, "Decode context lengths, comma separated");
   cmd->add_option("--context-chunk", o->context_chunk,

@@ -132,6 +132,26 @@ TEST(CliTest, BenchArgumentErrors) {
   r = RunM2("bench -m models/m2-tiny --competing-load -t 1");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("give -t 2 or more"), std::string::npos) << r.out;
+  r = RunM2("bench --prefill 8");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("m2 bench needs a model folder: -m DIR"), std::string::npos) << r.out;
+  r = RunM2("bench --probe -m models/m2-tiny");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("drop -m models/m2-tiny"), std::string::npos) << r.out;
+}
+
+// m2 bench --probe: the read probe alone, no model (what the llama.cpp comparison reads
+// around each llama.cpp run).
+TEST(CliTest, BenchProbeMeasuresTheMemoryAlone) {
+  auto r = RunM2("bench --probe --json -t 1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const size_t at = r.out.find("\"read_bandwidth_bytes_per_s\": ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  EXPECT_GT(std::stod(r.out.substr(at + 31)), 1e8) << r.out;  // more than 0.1 GB/s
+  EXPECT_NE(r.out.find("\"threads\": 1"), std::string::npos) << r.out;
+  r = RunM2("bench --probe -t 1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("read bandwidth: "), std::string::npos) << r.out;
 }
 
 // m2 bench compares each decode step with reads of the weights just before and after it
