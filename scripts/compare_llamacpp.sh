@@ -86,8 +86,9 @@ What is timed (tokens/s; random token ids on both sides, the same lengths):
   The memory's read speed while each engine decodes: m2 bench's reads of the weights
                 between its steps; for llama.cpp 'm2 bench --probe' just before and after each
                 llama-bench call (its prefill, decode at depth 0 and at depth 2048 are three
-                calls); the table's "per read" column divides each engine's decode tokens/s by
-                it (a VM's memory can switch between speeds from one minute to the next).
+                calls); each decode round is placed in a slow or a fast memory minute by it, and
+                the table compares the engines within each regime too (a VM's memory can switch
+                between speeds from one minute to the next).
   Both use THREADS threads and keep keys and values in 16 bits (m2 bf16, llama.cpp f16).
   Both read the weights into memory rather than mapping the files (m2's default where they
   fit, llama-bench -lm none; LLAMA_LOAD_MODE=auto gives llama.cpp its default, the mapping):
@@ -264,9 +265,32 @@ def llama_reads(name):
         out["d0"].append(mean_read(g[2], g[3]))
     return out
 
-def per_read(tps, reads):
-    """Median over the rounds of tokens/s per GB/s of the read measured around each."""
-    return statistics.median(t / g for t, g in zip(tps, reads))
+def regime_split(reads_lists):
+    """The read speed that separates this VM's slow and fast memory minutes in these results
+    (the geometric mean of the slowest and fastest read), or None where all runs saw about
+    the same memory (fastest / slowest below 1.4)."""
+    all_reads = [g for rl in reads_lists if rl for key in ("d0", "d2048") for g in rl[key]]
+    if not all_reads or max(all_reads) / min(all_reads) < 1.4:
+        return None
+    return (max(all_reads) * min(all_reads)) ** 0.5
+
+def same_regime(a, ar, b, br, key, split):
+    """Decode in the same memory regime: per regime (slow / fast minutes) where both engines
+    have rounds, the ratio of their medians there."""
+    if ar is None or br is None or len(a[key]) != len(ar[key]) or len(b[key]) != len(br[key]):
+        return ""
+    parts = []
+    for name, fast in (("slow", False), ("fast", True)):
+        pick = lambda tps, reads: [t for t, g in zip(tps, reads) if split is None or (g >= split) == fast]
+        x, y = pick(a[key], ar[key]), pick(b[key], br[key])
+        if split is None:
+            name = "one"
+        if x and y:
+            parts.append(f"{name} {statistics.median(x):.2f} ({len(x)}) / {statistics.median(y):.2f} ({len(y)}) = "
+                         f"{statistics.median(x) / statistics.median(y):.2f}")
+        if split is None:
+            break
+    return "; ".join(parts) if parts else "no round of both in one regime"
 
 def size_gib(path):
     files = [path] if os.path.isfile(path) else glob.glob(f"{path}/*.safetensors")
@@ -285,9 +309,10 @@ print(f"m2 kernels: {m2_first.get('kernels')}, K/V cache bf16; threads: m2 {m2_f
       f"llama.cpp {first.get('n_threads')}; {len(rounds)} complete round(s)")
 print("tokens/s: median [min..max] over the rounds; ratio = m2 median / llama.cpp median")
 if glob.glob(f"{results}/llama-*.json.read3"):
-    print("per read (decode): the same ratio of tokens/s per GB/s of the memory's read speed while each engine\n"
-          "decoded (m2: its reads of the weights between the steps; llama.cpp: `m2 bench --probe` just before and\n"
-          "after the llama-bench call): the engines compared as if both had run in the same memory minute")
+    print("same memory regime (decode): this VM's memory switches between slow and fast minutes; each engine's\n"
+          "read speed while it decoded (m2: its reads of the weights between the steps; llama.cpp: `m2 bench\n"
+          "--probe` just before and after its llama-bench call) puts each round in one, and per regime the\n"
+          "medians of the rounds there are compared: m2 (rounds) / llama.cpp (rounds) = ratio")
 print()
 
 pairs = [
@@ -301,24 +326,29 @@ if only_fp8:
 if only_q4:
     pairs = pairs[2:]
 rows = [("prefill 512", "prefill"), ("decode depth 0", "d0"), ("decode depth 2048", "d2048")]
-def adjusted(a, ar, b, br, key):
-    if ar is None or br is None or key not in ar or not a[key] or not b[key] or len(a[key]) != len(ar[key]) \
-            or len(b[key]) != len(br[key]):
-        return ""
-    return f" {per_read(a[key], ar[key]) / per_read(b[key], br[key]):9.2f}"
+split = regime_split([m2_reads(n[len("m2-"):]) for n in names if n.startswith("m2-")] +
+                     [llama_reads(n[len("llama-"):]) for n in names if n.startswith("llama-")]) \
+    if glob.glob(f"{results}/llama-*.json.read3") else None
 
 for m2_label, m2_name, m2_path, ll_label, ll_name in pairs:
     a, b = m2_numbers(m2_name), llama_numbers(ll_name)
     ar, br = m2_reads(m2_name), llama_reads(ll_name)
     print(f"{m2_label} ({size_gib(m2_path):.2f} GiB)  vs  {ll_label} "
           f"({size_gib(f'{cache}/gguf/slice-{ll_name}.gguf'):.2f} GiB)")
-    print(f"  {'':<18} {'m2':>22} {'llama.cpp':>22} {'m2/llama.cpp':>13}" + (f" {'per read':>9}" if ar and br else ""))
+    print(f"  {'':<18} {'m2':>22} {'llama.cpp':>22} {'m2/llama.cpp':>13}")
     for label, key in rows:
         ratio = (f"{statistics.median(a[key]) / statistics.median(b[key]):13.2f}"
                  if a[key] and b[key] else f"{'n/a':>13}")
-        print(f"  {label:<18} {cell(a[key])} {cell(b[key])} {ratio}{adjusted(a, ar, b, br, key)}")
-    if ar and br:
-        print(f"  {'read GB/s, decode':<18} {cell(ar['d0'])} {cell(br['d0'])}")
+        print(f"  {label:<18} {cell(a[key])} {cell(b[key])} {ratio}")
+    def regime_lines(x, xr):
+        if xr is None or br is None:
+            return
+        print(f"    read GB/s while decoding at depth 0: m2 {', '.join(f'{g:.0f}' for g in xr['d0'])}; "
+              f"llama.cpp {', '.join(f'{g:.0f}' for g in br['d0'])}" +
+              (f" (slow below {split:.0f}, fast above)" if split else ""))
+        for label, key in rows[1:]:
+            print(f"    {label}, same memory regime: {same_regime(x, xr, b, br, key, split)}")
+    regime_lines(a, ar)
     # The same m2 model with its fast activations, against the same llama.cpp runs.
     variants = []
     if fast:
@@ -328,11 +358,11 @@ for m2_label, m2_name, m2_path, ll_label, ll_name in pairs:
     for suffix, acts in variants:
         f = m2_numbers(m2_name + suffix)
         print(f"  m2 --activations {acts}:")
-        fr = m2_reads(m2_name + suffix)
         for label, key in rows:
             ratio = (f"{statistics.median(f[key]) / statistics.median(b[key]):13.2f}"
                      if f[key] and b[key] else f"{'n/a':>13}")
-            print(f"  {label:<18} {cell(f[key])} {cell(b[key])} {ratio}{adjusted(f, fr, b, br, key)}")
+            print(f"  {label:<18} {cell(f[key])} {cell(b[key])} {ratio}")
+        regime_lines(f, m2_reads(m2_name + suffix))
     print()
 if os.path.exists(f"{results}/load.txt"):
     print("machine load during the benchmark (1, 5, 15 min averages; above 0 means other work competed):")
