@@ -6,9 +6,20 @@
 # m2::avx512bf16attn).
 # Such symbols (inline templates such as std::vector<float>::resize) are merged by the
 # linker into one copy for the whole program, possibly the AVX-512 one, which then
-# faults on a CPU without AVX-512. Usage: check_isa_symbols.sh OBJECT...
+# faults on a CPU without AVX-512. It also fails if such an object runs code at program
+# start (a .init_array entry: a namespace-scope object with a constructor), which would
+# execute that ISA's instructions on every CPU before any dispatch.
+# Usage: check_isa_symbols.sh OBJECT...
 status=0
 for obj in "$@"; do
+  case "$obj" in
+    *avx512* | *avx2* | *avxvnni* | *amx*)
+      if objdump -h "$obj" | grep -q '\.init_array'; then
+        echo "$obj runs code at program start (.init_array): construct its objects on first use instead"
+        status=1
+      fi
+      ;;
+  esac
   case "$obj" in
     *linear_bf16_avx512*) ns='m2::avx512bf16::' ;;
     *linear_bf16_gemv_avx512*) ns='m2::avx512bf16gemv::' ;;
@@ -30,5 +41,5 @@ for obj in "$@"; do
     status=1
   fi
 done
-[ $status -eq 0 ] && echo "ISA objects define no shared inline symbols outside their namespaces"
+[ $status -eq 0 ] && echo "ISA objects define no shared inline symbols outside their namespaces and run nothing at program start"
 exit $status

@@ -254,22 +254,26 @@ def m2_reads(name):
 
 def llama_reads(name):
     """Per round, per decode row: the mean of `m2 bench --probe` just before and after the
-    llama-bench call that timed it; None for results from before the probes."""
+    llama-bench call that timed it, or None where the two disagree by more than 1.3x (the
+    memory changed regime during the call: the round belongs to neither); None for results
+    from before the probes."""
     out = {"d0": [], "d2048": []}
+    def around(a, b):
+        return None if max(a, b) > 1.3 * min(a, b) else mean_read(a, b)
     for r in rounds:
         paths = [f"{results}/llama-{name}-{r}.json.read{i}" for i in range(4)]
         if not all(os.path.exists(p) for p in paths):
             return None
         g = [load(p)["read_bandwidth_bytes_per_s"] for p in paths]
-        out["d2048"].append(mean_read(g[0], g[1]))
-        out["d0"].append(mean_read(g[2], g[3]))
+        out["d2048"].append(around(g[0], g[1]))
+        out["d0"].append(around(g[2], g[3]))
     return out
 
 def regime_split(reads_lists):
     """The read speed that separates this VM's slow and fast memory minutes in these results
     (the geometric mean of the slowest and fastest read), or None where all runs saw about
     the same memory (fastest / slowest below 1.4)."""
-    all_reads = [g for rl in reads_lists if rl for key in ("d0", "d2048") for g in rl[key]]
+    all_reads = [g for rl in reads_lists if rl for key in ("d0", "d2048") for g in rl[key] if g is not None]
     if not all_reads or max(all_reads) / min(all_reads) < 1.4:
         return None
     return (max(all_reads) * min(all_reads)) ** 0.5
@@ -281,7 +285,7 @@ def same_regime(a, ar, b, br, key, split):
         return ""
     parts = []
     for name, fast in (("slow", False), ("fast", True)):
-        pick = lambda tps, reads: [t for t, g in zip(tps, reads) if split is None or (g >= split) == fast]
+        pick = lambda tps, reads: [t for t, g in zip(tps, reads) if g is not None and (split is None or (g >= split) == fast)]
         x, y = pick(a[key], ar[key]), pick(b[key], br[key])
         if split is None:
             name = "one"
@@ -311,8 +315,9 @@ print("tokens/s: median [min..max] over the rounds; ratio = m2 median / llama.cp
 if glob.glob(f"{results}/llama-*.json.read3"):
     print("same memory regime (decode): this VM's memory switches between slow and fast minutes; each engine's\n"
           "read speed while it decoded (m2: its reads of the weights between the steps; llama.cpp: `m2 bench\n"
-          "--probe` just before and after its llama-bench call) puts each round in one, and per regime the\n"
-          "medians of the rounds there are compared: m2 (rounds) / llama.cpp (rounds) = ratio")
+          "--probe` just before and after its llama-bench call; 'changed' where those two differ by more than\n"
+          "1.3x) puts each round in one, and per regime the medians of the rounds there are compared:\n"
+          "m2 (rounds) / llama.cpp (rounds) = ratio")
 print()
 
 pairs = [
@@ -343,8 +348,8 @@ for m2_label, m2_name, m2_path, ll_label, ll_name in pairs:
     def regime_lines(x, xr):
         if xr is None or br is None:
             return
-        print(f"    read GB/s while decoding at depth 0: m2 {', '.join(f'{g:.0f}' for g in xr['d0'])}; "
-              f"llama.cpp {', '.join(f'{g:.0f}' for g in br['d0'])}" +
+        show = lambda reads: ", ".join("changed" if g is None else f"{g:.0f}" for g in reads)
+        print(f"    read GB/s while decoding at depth 0: m2 {show(xr['d0'])}; llama.cpp {show(br['d0'])}" +
               (f" (slow below {split:.0f}, fast above)" if split else ""))
         for label, key in rows[1:]:
             print(f"    {label}, same memory regime: {same_regime(x, xr, b, br, key, split)}")
