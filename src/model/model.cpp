@@ -101,10 +101,12 @@ Status SetActivations(ModelWeights& weights, ActivationMode mode) {
     if (missing.ok() &&
         (w.activations == ActivationMode::kInt8DecodeInt8Prefill || w.activations == ActivationMode::kInt8Prefill) &&
         Int8GemmFor(w.format) == Int8GemmKernel::kNone)
-      missing = Error("--activations int8+int8 on {} weights needs {}; this CPU has {} and runs the {} kernels "
-                      "(--activations int8 runs int8 decode steps on any AVX2 CPU)",
+      missing = Error("--activations int8+int8 on {} weights needs {}; this CPU has {} and runs the {} kernels{}",
                       WeightFormatName(w.format), "the avx2 or avx512 kernels", Cpu().Describe(),
-                      IsaName(ActiveIsa()));
+                      IsaName(ActiveIsa()),
+                      w.format == WeightFormat::kFp8Block
+                          ? ""
+                          : " (--activations int8 runs int8 decode steps on any AVX2 CPU)");
   });
   return missing;
 }
