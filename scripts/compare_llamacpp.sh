@@ -62,8 +62,9 @@ Environment:
                   without -lm
   PAIRS           all (default) or fp8: only the FP8 pair (m2 FP8 vs Q8_0 with a bf16 output
                   matrix): one llama-quantize, no m2 quantize, a round in about a quarter of the time;
-                  or q4: only the two q4 pairs (Q4_0 and Q4_K_M; the same preparation as all), for
-                  more rounds of them in the same time
+                  or q8: only the q8 pair (m2 q8 vs Q8_0, output q8 on both); or q4: only the two
+                  q4 pairs (Q4_0 and Q4_K_M; the same preparation as all), for more rounds of them
+                  in the same time
   LLAMA_AMX       0: build llama.cpp without its AMX kernels (-mno-amx-*, in build-noamx), 1: with
                   them, auto (default): 0 where the CPU has AMX (this version's AMX kernels crashed
                   llama-bench on such a machine), else 1
@@ -136,7 +137,7 @@ q8_int8=int8+int8  # every AVX2 CPU has a q8 int8 GEMM (AVX2: vpsignb + vpmaddub
 load_mode=${LLAMA_LOAD_MODE:-none}
 [[ $load_mode =~ ^(none|auto)$ ]] || { echo "compare_llamacpp.sh: LLAMA_LOAD_MODE must be none or auto, found '$load_mode'" >&2; exit 2; }
 pairs=${PAIRS:-all}
-[[ $pairs =~ ^(all|fp8|q4)$ ]] || { echo "compare_llamacpp.sh: PAIRS must be all, fp8 or q4, found '$pairs'" >&2; exit 2; }
+[[ $pairs =~ ^(all|fp8|q8|q4)$ ]] || { echo "compare_llamacpp.sh: PAIRS must be all, fp8, q8 or q4, found '$pairs'" >&2; exit 2; }
 
 # --- progress and errors --------------------------------------------------------------------
 step="start"
@@ -170,27 +171,24 @@ import glob, json, os, statistics, sys
 
 results, cache, slice_dir = sys.argv[1], sys.argv[2], sys.argv[3]
 # A round counts when every one of its runs finished (an interrupted benchmark leaves some).
-# PAIRS=fp8 runs only the FP8 pair (no m2 q4 run in its results), PAIRS=q4 only the q4 pairs
-# (no m2 FP8 run).
-only_fp8 = not os.path.exists(f"{results}/m2-q4-1.json")
-only_q4 = not os.path.exists(f"{results}/m2-fp8-1.json")
-names = [] if only_q4 else ["m2-fp8", "llama-q8_0-outbf16"]
-if not only_fp8 and not only_q4:
-    names += ["m2-q8", "llama-q8_0"]
-if not only_fp8:
-    names += ["m2-q4", "llama-q4_0-outq8", "llama-q4_k_m-outq8"]
-# Runs with m2's fast activations (M2_FAST=1) count when the first round has them.
-fast = os.path.exists(f"{results}/m2-{'q4' if only_q4 else 'fp8'}-fast-1.json")
-if fast:
-    names += ([] if only_q4 else ["m2-fp8-fast"]) + ([] if only_fp8 or only_q4 else ["m2-q8-fast"]) + \
-             ([] if only_fp8 else ["m2-q4-fast"])
-# And the int8 activations (M2_INT8: int8+int8) likewise.
+# The pairs present: PAIRS=fp8, q8 and q4 run only theirs. A pair counts where both engines'
+# first-round files are there; m2's fast (M2_FAST) and int8+int8 (M2_INT8) runs likewise.
 # (FP8 with int8+int8 since December 2026: older results lack it and print without it.)
-fp8_int8 = not only_q4 and os.path.exists(f"{results}/m2-fp8-int8-1.json")
-int8 = fp8_int8 or os.path.exists(f"{results}/m2-q4-int8-1.json")
-if int8:
-    names += (["m2-fp8-int8"] if fp8_int8 else []) + ([] if only_q4 or only_fp8 else ["m2-q8-int8"]) + \
-             ([] if only_fp8 else ["m2-q4-int8"])
+pair_defs = [
+    ("m2 FP8, lm_head bf16", "fp8", slice_dir, "llama.cpp Q8_0, output bf16", "q8_0-outbf16"),
+    ("m2 q8, lm_head q8", "q8", f"{cache}/m2-q8-lmq8", "llama.cpp Q8_0, output Q8_0", "q8_0"),
+    ("m2 q4, lm_head q8", "q4", f"{cache}/m2-q4-lmq8", "llama.cpp Q4_0, output Q8_0", "q4_0-outq8"),
+    ("m2 q4, lm_head q8", "q4", f"{cache}/m2-q4-lmq8", "llama.cpp Q4_K_M, output Q8_0", "q4_k_m-outq8"),
+]
+has = lambda name: os.path.exists(f"{results}/{name}-1.json" if name.startswith("m2") else f"{results}/{name}-1.json.d0")
+pairs = [p for p in pair_defs if has(f"m2-{p[1]}") and has(f"llama-{p[4]}")]
+if not pairs:
+    sys.exit(f"no benchmark pair in {results}")
+names = []
+for p in pairs:
+    for n in (f"m2-{p[1]}", f"llama-{p[4]}", f"m2-{p[1]}-fast", f"m2-{p[1]}-int8"):
+        if has(n) and n not in names:
+            names.append(n)
 rounds = []
 for r in range(1, 1000):
     found = [os.path.exists(f"{results}/{n}-{r}.json" if n.startswith("m2") else f"{results}/{n}-{r}.json.d0")
@@ -305,8 +303,8 @@ def cell(v):
         return f"{'n/a':>22}"
     return f"{statistics.median(v):8.2f} [{min(v):.2f}..{max(v):.2f}]".rjust(22)
 
-first = load(f"{results}/llama-{'q4_0-outq8' if only_q4 else 'q8_0-outbf16'}-{rounds[0]}.json.d0")[0]
-m2_first = load(f"{results}/m2-{'q4' if only_q4 else 'fp8'}-{rounds[0]}.json")
+first = load(f"{results}/llama-{pairs[0][4]}-{rounds[0]}.json.d0")[0]
+m2_first = load(f"{results}/m2-{pairs[0][1]}-{rounds[0]}.json")
 print(f"llama.cpp build {first.get('build_commit')} ({first.get('backends')}), cpu_info: {first.get('cpu_info')}, "
       f"flash_attn {first.get('flash_attn')}, K/V cache {first.get('type_k')}/{first.get('type_v')}")
 print(f"m2 kernels: {m2_first.get('kernels')}, K/V cache bf16; threads: m2 {m2_first.get('threads')}, "
@@ -320,16 +318,6 @@ if glob.glob(f"{results}/llama-*.json.read3"):
           "m2 (rounds) / llama.cpp (rounds) = ratio")
 print()
 
-pairs = [
-    ("m2 FP8, lm_head bf16", "fp8", slice_dir, "llama.cpp Q8_0, output bf16", "q8_0-outbf16"),
-    ("m2 q8, lm_head q8", "q8", f"{cache}/m2-q8-lmq8", "llama.cpp Q8_0, output Q8_0", "q8_0"),
-    ("m2 q4, lm_head q8", "q4", f"{cache}/m2-q4-lmq8", "llama.cpp Q4_0, output Q8_0", "q4_0-outq8"),
-    ("m2 q4, lm_head q8", "q4", f"{cache}/m2-q4-lmq8", "llama.cpp Q4_K_M, output Q8_0", "q4_k_m-outq8"),
-]
-if only_fp8:
-    pairs = pairs[:1]
-if only_q4:
-    pairs = pairs[2:]
 rows = [("prefill 512", "prefill"), ("decode depth 0", "d0"), ("decode depth 2048", "d2048")]
 split = regime_split([m2_reads(n[len("m2-"):]) for n in names if n.startswith("m2-")] +
                      [llama_reads(n[len("llama-"):]) for n in names if n.startswith("llama-")]) \
@@ -356,9 +344,9 @@ for m2_label, m2_name, m2_path, ll_label, ll_name in pairs:
     regime_lines(a, ar)
     # The same m2 model with its fast activations, against the same llama.cpp runs.
     variants = []
-    if fast:
+    if f"m2-{m2_name}-fast" in names:
         variants.append(("-fast", "bf16" if m2_name == "fp8" else "int8+bf16"))
-    if int8 and (m2_name != "fp8" or fp8_int8):  # the activations each run used, as its JSON records them
+    if f"m2-{m2_name}-int8" in names:  # the activations each run used, as its JSON records them
         variants.append(("-int8", load(f"{results}/m2-{m2_name}-int8-{rounds[0]}.json").get("activations", "int8+int8")))
     for suffix, acts in variants:
         f = m2_numbers(m2_name + suffix)
@@ -523,6 +511,7 @@ fi
 # All four GGUFs: name, llama-quantize type, output tensor type.
 ggufs=("q8_0-outbf16 Q8_0 bf16" "q8_0 Q8_0 q8_0" "q4_0-outq8 Q4_0 q8_0" "q4_k_m-outq8 Q4_K_M q8_0")
 [ "$pairs" = fp8 ] && ggufs=("${ggufs[0]}")
+[ "$pairs" = q8 ] && ggufs=("${ggufs[1]}")
 all_quantized=1
 for g in "${ggufs[@]}"; do
   read -r name _ _ <<<"$g"
@@ -579,11 +568,7 @@ PY
 fi
 
 # --- 4. quantize on both sides --------------------------------------------------------------
-if [ "$pairs" = fp8 ]; then
-  phase "llama-quantize: Q8_0 (output bf16)"
-else
-  phase "llama-quantize: Q8_0 (output bf16), Q8_0, Q4_0 and Q4_K_M (output Q8_0)"
-fi
+phase "llama-quantize: $(for g in "${ggufs[@]}"; do read -r name _ <<<"$g"; printf '%s ' "$name"; done)"
 for g in "${ggufs[@]}"; do
   read -r name type out <<<"$g"
   dst=$cache/gguf/slice-$name.gguf
@@ -601,7 +586,8 @@ fi
 
 m2_types=(q8 q4)
 [ "$pairs" = fp8 ] && m2_types=()
-[ ${#m2_types[@]} -gt 0 ] && phase "m2 quantize: q8 and q4, lm_head q8"
+[ "$pairs" = q8 ] && m2_types=(q8)
+[ ${#m2_types[@]} -gt 0 ] && phase "m2 quantize: ${m2_types[*]}, lm_head q8"
 for type in "${m2_types[@]}"; do
   dst=$cache/m2-$type-lmq8
   if [ -f "$dst/model.safetensors" ] || ls "$dst"/*.safetensors >/dev/null 2>&1; then
@@ -671,16 +657,17 @@ runs=(
   "llama q4_k_m-outq8 $cache/gguf/slice-q4_k_m-outq8.gguf"
 )
 [ "$pairs" = fp8 ] && runs=("${runs[@]:0:2}")
+[ "$pairs" = q8 ] && runs=("${runs[@]:2:2}")
 [ "$pairs" = q4 ] && runs=("${runs[@]:4:3}")
 if [ "$fast" = 1 ]; then
-  [ "$pairs" = q4 ] || runs+=("m2 fp8-fast $slice bf16")
-  [ "$pairs" = all ] && runs+=("m2 q8-fast $cache/m2-q8-lmq8 int8+bf16")
-  [ "$pairs" = fp8 ] || runs+=("m2 q4-fast $cache/m2-q4-lmq8 int8+bf16")
+  [[ $pairs =~ ^(all|fp8)$ ]] && runs+=("m2 fp8-fast $slice bf16")
+  [[ $pairs =~ ^(all|q8)$ ]] && runs+=("m2 q8-fast $cache/m2-q8-lmq8 int8+bf16")
+  [[ $pairs =~ ^(all|q4)$ ]] && runs+=("m2 q4-fast $cache/m2-q4-lmq8 int8+bf16")
 fi
 if [ "$int8" = 1 ]; then
-  [ "$pairs" = q4 ] || runs+=("m2 fp8-int8 $slice int8+int8")  # FP8: int8 prefill, exact decode steps
-  [ "$pairs" = all ] && runs+=("m2 q8-int8 $cache/m2-q8-lmq8 $q8_int8")
-  [ "$pairs" = fp8 ] || runs+=("m2 q4-int8 $cache/m2-q4-lmq8 int8+int8")
+  [[ $pairs =~ ^(all|fp8)$ ]] && runs+=("m2 fp8-int8 $slice int8+int8")  # FP8: int8 prefill, exact decode steps
+  [[ $pairs =~ ^(all|q8)$ ]] && runs+=("m2 q8-int8 $cache/m2-q8-lmq8 $q8_int8")
+  [[ $pairs =~ ^(all|q4)$ ]] && runs+=("m2 q4-int8 $cache/m2-q4-lmq8 int8+int8")
 fi
 for round in $(seq "$rounds"); do
   phase "benchmark round $round of $rounds"
