@@ -38,7 +38,9 @@ namespace {
 // activations by default too; what it costs is small next to the 4-bit weights' own cost
 // (README, "int8 activations": a tenth to a fiftieth of it), and on an AVX2 machine it is
 // the difference between 0.55x and 1.1x llama.cpp's Q4_0 decode. q8 stays exact (there the
-// activations would be most of a small cost), FP8 and bf16 have no int8 path. FP8 and bf16
+// activations would be most of a small cost); so does FP8, whose int8 prefill (int8+int8,
+// kInt8Prefill) requantizes the weights too (KL 28x that of bf16 activations on the hidden-3072
+// random model), and bf16 has no int8 path. FP8 and bf16
 // weights get bf16 prefill (activations rounded to bf16, 2^-9 at most; weights exact) where
 // that GEMM beats the fp32 one (Bf16PrefillBeatsFp32: the tile unit, or AMD's vdpbf16ps),
 // for the same reason, and on AMD FP8 decode steps too (the bf16 decode kernel, AVX-512 VBMI).
