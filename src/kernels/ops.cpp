@@ -6,6 +6,8 @@
 #include <cstring>
 #include <vector>
 
+#include "base/cpu.h"
+
 namespace m2 {
 
 double SumSquares(const float* x, int64_t n) {
@@ -43,8 +45,16 @@ void RopeNeox(float* head, int64_t rotary_dim, const float* inv_freq, int64_t po
   }
 }
 
-void SiluMul(float* g, const float* u, int64_t n) {
+void SiluMulPortable(float* g, const float* u, int64_t n) {
   for (int64_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+void SiluMul(float* g, const float* u, int64_t n) {
+  switch (ActiveIsa()) {
+    case KernelIsa::kAvx512: return SiluMulAvx512(g, u, n);
+    case KernelIsa::kAvx2: return SiluMulAvx2(g, u, n);
+    default: return SiluMulPortable(g, u, n);
+  }
 }
 
 void Silu(float* x, int64_t n) {

@@ -23,8 +23,14 @@ void RopeInvFreq(double theta, int64_t rotary_dim, float* inv_freq);
 // channel i pairs with i + rotary_dim/2. Channels >= rotary_dim are untouched.
 void RopeNeox(float* head, int64_t rotary_dim, const float* inv_freq, int64_t pos);
 
-// silu(g) * u, element-wise into g.
+// silu(g) * u, element-wise into g: the SIMD build of the active kernels (ops_simd.inc:
+// e^x by a polynomial, within 1e-6 relative of the portable result), else the portable
+// one (std::exp). Each element's result depends on its own inputs only, not on n or its
+// place. The builds, for the tests: SiluMulAvx512 / SiluMulAvx2 only on a CPU with them.
 void SiluMul(float* g, const float* u, int64_t n);
+void SiluMulPortable(float* g, const float* u, int64_t n);
+void SiluMulAvx2(float* g, const float* u, int64_t n);
+void SiluMulAvx512(float* g, const float* u, int64_t n);
 
 // silu(x) = x * sigmoid(x), element-wise in place.
 void Silu(float* x, int64_t n);
