@@ -172,8 +172,13 @@ void LinearInt8On(const LinearWeight& w, const float* x, int64_t n, float* y, Th
 // tiles (spread over the pool by tokens), then the rows spread over the pool in whole
 // panels. The model checked Int8GemmFor() when it set the mode; a later change of
 // M2_KERNELS is caught here, not run on the wrong ISA.
-void LinearInt8GemmOn(const LinearWeight& w, const float* x, int64_t n, float* y, ThreadPool* pool_or_null) {
+// With w2 (its output y2), a second weight of the same format and input width multiplies
+// the same tiles: the tokens are quantized and packed once for both (MoE's W1 and W3).
+void LinearInt8GemmOn(const LinearWeight& w, const float* x, int64_t n, float* y, ThreadPool* pool_or_null,
+                      const LinearWeight* w2 = nullptr, float* y2 = nullptr) {
   const Int8GemmKernel kernel = Int8GemmFor(w.format);
+  M2_CHECK(w2 == nullptr || (w2->format == w.format && w2->cols == w.cols && y2 != nullptr),
+           "a pair of int8 GEMMs on one input needs one format and one input width");
   M2_CHECK(kernel != Int8GemmKernel::kNone,
            "int8 prefill (--activations int8+int8) of {} weights has no kernel for the {} kernels on this CPU ({})",
            WeightFormatName(w.format), IsaName(ActiveIsa()), Cpu().Describe());
@@ -205,10 +210,13 @@ void LinearInt8GemmOn(const LinearWeight& w, const float* x, int64_t n, float* y
     if (pool != nullptr) pool->ParallelFor(ntp, 8, pack);
     else pack(0, ntp, 0);
     const Int8TokenTiles tiles{.q = qp, .negsum = sp, .d = dp, .ntp = ntp, .n = nt};
-    float* yc = y + t0 * w.rows;
-    const auto body = [&, tiles](int64_t r0, int64_t r1, int) { gemm_rows(w, tiles, yc, r0, r1); };
-    if (pool != nullptr) pool->ParallelFor(w.rows, 24, body);  // 24: whole panels of 12 rows
-    else body(0, w.rows, 0);
+    for (int i = 0; i < (w2 != nullptr ? 2 : 1); ++i) {
+      const LinearWeight& wi = i == 0 ? w : *w2;
+      float* yc = (i == 0 ? y : y2) + t0 * wi.rows;
+      const auto body = [&, tiles, yc](int64_t r0, int64_t r1, int) { gemm_rows(wi, tiles, yc, r0, r1); };
+      if (pool != nullptr) pool->ParallelFor(wi.rows, 24, body);  // 24: whole panels of 12 rows
+      else body(0, wi.rows, 0);
+    }
   }
 }
 
@@ -318,6 +326,19 @@ void LinearOn(const LinearWeight& w, const float* x, int64_t n, float* y, Thread
   if (n > 0 && UsesBf16Gemv(w, n)) return LinearBf16GemvOn(w, x, n, y, par ? pool_or_null : nullptr);
   LinearExactOn(w, x, n, y, pool_or_null);
 }
+
+// Two weights on one input: where both take the int8 GEMM in one format and width, one
+// quantization of the tokens serves both; otherwise two products. The same bits either way.
+void LinearPairOn(const LinearWeight& a, const LinearWeight& b, const float* x, int64_t n, float* ya, float* yb,
+                  ThreadPool* pool_or_null) {
+  M2_CHECK(a.valid() && b.valid(), "Linear on an empty weight");
+  M2_CHECK(a.activations != ActivationMode::kAuto && b.activations != ActivationMode::kAuto,
+           "Linear on a weight whose activation mode (auto) was never resolved");
+  if (UsesInt8Gemm(a, n) && UsesInt8Gemm(b, n) && a.format == b.format && a.cols == b.cols)
+    return LinearInt8GemmOn(a, x, n, ya, pool_or_null, &b, yb);
+  LinearOn(a, x, n, ya, pool_or_null);
+  LinearOn(b, x, n, yb, pool_or_null);
+}
 }  // namespace
 
 namespace {
@@ -334,5 +355,15 @@ void LinearOnPool(const LinearWeight& w, const float* x, int64_t n, float* y, Th
 }
 
 void LinearOnThisThread(const LinearWeight& w, const float* x, int64_t n, float* y) { LinearOn(w, x, n, y, nullptr); }
+
+void LinearPairOnPool(const LinearWeight& a, const LinearWeight& b, const float* x, int64_t n, float* ya, float* yb,
+                      ThreadPool& pool) {
+  LinearPairOn(a, b, x, n, ya, yb, &pool);
+}
+
+void LinearPairOnThisThread(const LinearWeight& a, const LinearWeight& b, const float* x, int64_t n, float* ya,
+                            float* yb) {
+  LinearPairOn(a, b, x, n, ya, yb, nullptr);
+}
 
 }  // namespace m2

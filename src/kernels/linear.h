@@ -128,6 +128,14 @@ inline void PrefetchNextPasses(const void* p, int64_t pass_bytes) {
 // coarser grain (the MoE gives each thread whole experts).
 void LinearOnThisThread(const LinearWeight& w, const float* x, int64_t n, float* y);
 
+// ya = x a^T and yb = x b^T, the same bits as two calls; where both weights take the int8
+// prefill GEMM (one format, one input width) the tokens are quantized and packed once for
+// both (the MoE's W1 and W3 share their input). PRECONDITIONS as LinearOnPool's, for each.
+void LinearPairOnPool(const LinearWeight& a, const LinearWeight& b, const float* x, int64_t n, float* ya, float* yb,
+                      ThreadPool& pool);
+void LinearPairOnThisThread(const LinearWeight& a, const LinearWeight& b, const float* x, int64_t n, float* ya,
+                            float* yb);
+
 // The portable reference for every format, on the calling thread only: each row is
 // dequantized to fp32, then dotted with every token. Tests compare the SIMD kernels to it.
 void LinearReference(const LinearWeight& w, const float* x, int64_t n, float* y);

@@ -85,8 +85,8 @@ void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int64_t layer, cons
       if (split_rows) LinearOnPool(lw, in, rows_in, o, pool);
       else LinearOnThisThread(lw, in, rows_in, o);
     };
-    linear(ex.w1, es.gathered.data(), m, es.gate.data());
-    linear(ex.w3, es.gathered.data(), m, es.up.data());
+    if (split_rows) LinearPairOnPool(ex.w1, ex.w3, es.gathered.data(), m, es.gate.data(), es.up.data(), pool);
+    else LinearPairOnThisThread(ex.w1, ex.w3, es.gathered.data(), m, es.gate.data(), es.up.data());
     SiluMul(es.gate.data(), es.up.data(), m * I);
     linear(ex.w2, es.gate.data(), m, es.down.data());
     for (int64_t r = 0; r < m; ++r) std::copy_n(&es.down[r * Hd], Hd, &s.pair_out[(pairs[r] - p0) * Hd]);

@@ -15,6 +15,7 @@
 
 #include "base/cpu.h"
 #include "base/dtype.h"
+#include "base/thread_pool.h"
 #include "kernels/linear.h"
 
 namespace m2 {
@@ -594,6 +595,47 @@ TEST(Int8GemmTest, GivesTheReferenceBitsForEveryToken) {
       m.w.activations = ActivationMode::kInt8Decode;
       Linear(m.w, x.data() + (n - 1) * c.cols, 1, decode.data());
       EXPECT_EQ(one, decode);
+    }
+  }
+}
+
+// Two weights on one input (the MoE's W1 and W3): the same bits as two products, whether
+// the pair shares one quantization (both on the int8 GEMM, one format and width) or not
+// (exact activations; different formats; n within the int8 decode kernel's reach), on the
+// pool and on the calling thread.
+TEST(LinearTest, PairGivesTheBitsOfTwoProducts) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  struct PairCase {
+    Case a, b;
+    ActivationMode mode;
+  };
+  std::vector<PairCase> cases = {
+      {{WeightFormat::kQ4, 40, 256}, {WeightFormat::kQ4, 29, 256}, ActivationMode::kInt8DecodeInt8Prefill},
+      {{WeightFormat::kQ8, 40, 256}, {WeightFormat::kQ8, 40, 256}, ActivationMode::kInt8DecodeInt8Prefill},
+      {{WeightFormat::kQ8, 40, 256}, {WeightFormat::kQ4, 40, 256}, ActivationMode::kInt8DecodeInt8Prefill},
+      {{WeightFormat::kFp8Block, 256, 256}, {WeightFormat::kFp8Block, 128, 256}, ActivationMode::kInt8Prefill},
+      {{WeightFormat::kQ4, 40, 256}, {WeightFormat::kQ4, 29, 256}, ActivationMode::kExact}};
+  ThreadPool pool(2);
+  for (const PairCase& pc : cases) {
+    const bool int8 = pc.mode != ActivationMode::kExact;
+    if (int8 && (Int8GemmFor(pc.a.format) == Int8GemmKernel::kNone || Int8GemmFor(pc.b.format) == Int8GemmKernel::kNone))
+      continue;  // the portable kernels: no int8 GEMM (the model never sets the mode there)
+    Weight a = Make(pc.a, rng), b = Make(pc.b, rng);
+    a.w.activations = b.w.activations = pc.mode;
+    for (int64_t n : {1, 3, 20, 150}) {
+      std::vector<float> x(static_cast<size_t>(n * pc.a.cols));
+      for (auto& v : x) v = nd(rng);
+      std::vector<float> ya(static_cast<size_t>(n * pc.a.rows)), yb(static_cast<size_t>(n * pc.b.rows));
+      LinearOnPool(a.w, x.data(), n, ya.data(), pool);
+      LinearOnPool(b.w, x.data(), n, yb.data(), pool);
+      for (bool on_pool : {true, false}) {
+        std::vector<float> pa(ya.size(), -1.0f), pb(yb.size(), -1.0f);
+        if (on_pool) LinearPairOnPool(a.w, b.w, x.data(), n, pa.data(), pb.data(), pool);
+        else LinearPairOnThisThread(a.w, b.w, x.data(), n, pa.data(), pb.data());
+        EXPECT_EQ(pa, ya) << WeightFormatName(pc.a.format) << " n=" << n << " pool " << on_pool;
+        EXPECT_EQ(pb, yb) << WeightFormatName(pc.b.format) << " n=" << n << " pool " << on_pool;
+      }
     }
   }
 }
