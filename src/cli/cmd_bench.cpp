@@ -405,6 +405,7 @@ int Run(const BenchOptions& o) {
   if (!model.ok()) return Fail(model.status());
   Model& m = **model;
   const ModelConfig& c = m.config();
+  if (Status st = runtime::CheckKvDtype(c, *kv_dtype); !st.ok()) return Fail(st);
   // The prefill rows are divided by the ceiling of the GEMM the model's weights took (what
   // --activations, auto included, gave them): with bf16 prefill the vdpbf16ps rate (twice
   // the FMA's on AMD, level with it on Intel) or, where the tile unit runs it, TDPBF16PS's;
@@ -890,7 +891,8 @@ void AddBench(CLI::App& app, Runner& run) {
                   "memory's speed in that minute); 0: none")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
       ->capture_default_str();
-  cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache storage: bf16 (default) or f32");
+  cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache storage: bf16 (default), f32 (exact) or q8 (int8 in groups of 32 with a "
+                  "scale each, 56% of bf16's bytes, not exact)");
   cmd->add_option("--spec", o->spec,
                   "Only compare speculative decoding (lookup) with plain decoding on code, chat and an edit task, at "
                   "temperature 0 and 1 (needs the model's tokenizer)");

@@ -125,6 +125,8 @@ int Run(const InspectOptions& o) {
   // fixed fp32 state per sequence in the Lightning layers (whatever the context length).
   const int64_t softmax_layers = c.num_hidden_layers - c.num_lightning_layers();
   const int64_t kv_f32 = runtime::KvBytesPerToken(c, KvDtype::kF32), kv_bf16 = runtime::KvBytesPerToken(c, KvDtype::kBf16);
+  // q8 rows need head_dim to be a multiple of their group (runtime::CheckKvDtype); 0: not possible.
+  const int64_t kv_q8 = runtime::CheckKvDtype(c, KvDtype::kQ8).ok() ? runtime::KvBytesPerToken(c, KvDtype::kQ8) : 0;
   const int64_t state_bytes = c.lightning_state_bytes();
   std::string schedule;  // "softmax at 7, 15, ..." for the hybrids
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
@@ -160,6 +162,7 @@ int Run(const InspectOptions& o) {
         {"lightning_layers", c.num_lightning_layers()},
         {"kv_bytes_per_token_f32", kv_f32},
         {"kv_bytes_per_token_bf16", kv_bf16},
+        {"kv_bytes_per_token_q8", kv_q8},
         {"lightning_state_bytes_per_sequence", state_bytes},
     };
     if (c.hybrid) {
@@ -187,8 +190,9 @@ int Run(const InspectOptions& o) {
               (long long)c.intermediate_size, (long long)c.num_experts_per_tok, c.scoring_func.c_str(),
               c.use_routing_bias ? " with selection bias" : "");
   std::printf("moe layout     %s\n", weights->moe_layout.c_str());
-  std::printf("cache          %s per token of context (f32 keys and values; %s as bf16)%s\n",
+  std::printf("cache          %s per token of context (f32 keys and values; %s as bf16%s)%s\n",
               Bytes(static_cast<double>(kv_f32)).c_str(), Bytes(static_cast<double>(kv_bf16)).c_str(),
+              kv_q8 > 0 ? fmt::format(", {} as q8", Bytes(static_cast<double>(kv_q8))).c_str() : "",
               state_bytes > 0 ? fmt::format(", plus {} of fp32 Lightning state per sequence whatever its length",
                                             Bytes(static_cast<double>(state_bytes)))
                                     .c_str()

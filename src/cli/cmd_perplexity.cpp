@@ -148,7 +148,7 @@ void AddPerplexity(CLI::App& app, Runner& run) {
                   "Tokens between window starts; each window scores only tokens no earlier window scored "
                   "(default: context / 2; = context for disjoint windows)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache storage while evaluating: f32 (default, exact) or bf16");
+  cmd->add_option("--kv-dtype", o->kv_dtype, "KV cache storage while evaluating: f32 (default, exact), bf16 or q8");
   cmd->add_option("--reference-kv-dtype", o->reference_kv_dtype,
                   "KV cache storage of the --reference run (default f32): the same model as its own reference with "
                   "--kv-dtype bf16 measures the cost of a bf16 cache");

@@ -40,9 +40,10 @@ void AddAttentionFlag(CLI::App* cmd, std::string& value) {
 }
 
 Status CheckAttentionCache(const std::string& attention, const std::string& kv_dtype) {
-  if (attention == "bf16" && kv_dtype == "f32")
-    return Error("--attention bf16 reads keys and values as cached in bf16, and --kv-dtype f32 caches them in fp32: "
-                 "use one or the other (--attention auto computes exactly with an fp32 cache)");
+  if (attention == "bf16" && kv_dtype != "bf16")
+    return Error("--attention bf16 reads keys and values as cached in bf16, and --kv-dtype {} caches them otherwise: "
+                 "use one or the other (--attention auto computes exactly with an fp32 or q8 cache)",
+                 kv_dtype);
   return Status::Ok();
 }
 
@@ -68,7 +69,9 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags& f, bool serving) {
   cmd->add_option("--kv-memory", f.kv_memory,
                   "KV cache budget in GiB, taken once at start (default: one full context, at most 4 GiB)");
   cmd->add_option("--kv-tokens", f.kv_tokens, "KV cache budget in tokens (overrides --kv-memory)");
-  cmd->add_option("--kv-dtype", f.kv_dtype, "How keys and values are stored: bf16 (default, half the memory) or f32 (exact)");
+  cmd->add_option("--kv-dtype", f.kv_dtype, "How keys and values are stored: bf16 (default, half the memory), f32 (exact) or q8 (int8 in groups "
+                  "of 32 values with an fp32 scale each: 56% of bf16's memory and bytes read per token, not exact; "
+                  "the README gives what it costs)");
   cmd->add_option("--max-batch-tokens", f.max_batch_tokens,
                   "Most tokens per forward pass: decoding streams plus chunks of prompts being prefilled (default 512)");
   cmd->add_flag("--no-prefix-cache", f.no_prefix_cache, "Do not keep and share the KV blocks of earlier prompts");

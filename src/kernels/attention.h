@@ -8,17 +8,29 @@
 namespace m2 {
 
 // How cached keys and values are stored. bf16 halves the cache (and the bytes attention
-// reads per token); the kernels widen it to fp32 exactly and compute in fp32.
-enum class KvDtype : uint8_t { kF32, kBf16 };
-inline int64_t KvDtypeBytes(KvDtype t) { return t == KvDtype::kF32 ? 4 : 2; }
+// reads per token); the kernels widen it to fp32 exactly and compute in fp32. q8 (llama.cpp's
+// `-ctk q8_0 -ctv q8_0`, with fp32 scales): each row of head_dim values (a multiple of 32) is
+// head_dim int8 values followed by head_dim / 32 fp32 scales, value i = int8[i] * scale[i / 32],
+// the scale of a group of 32 its largest |value| / 127: 144 bytes for a row of 128 against
+// bf16's 256, the kernels widening each value to fp32 (one multiply more than bf16) and
+// computing in fp32. Not exact: each value within half a step (largest |value| of its group
+// / 254) of the one stored; README, "q8 KV cache".
+enum class KvDtype : uint8_t { kF32, kBf16, kQ8 };
+// Bytes of one element: rows are KvRowElems elements of this size (q8: bytes).
+inline int64_t KvDtypeBytes(KvDtype t) { return t == KvDtype::kF32 ? 4 : t == KvDtype::kBf16 ? 2 : 1; }
+// Elements of one cached row of head_dim values (q8: the values and their scales' bytes).
+inline int64_t KvRowElems(KvDtype t, int64_t head_dim) { return t == KvDtype::kQ8 ? head_dim + head_dim / 8 : head_dim; }
+inline int64_t KvRowBytes(KvDtype t, int64_t head_dim) { return KvRowElems(t, head_dim) * KvDtypeBytes(t); }
+// Values per scale of a q8 row; head_dim must be a multiple of it.
+constexpr int64_t kKvQ8Group = 32;
 const char* KvDtypeName(KvDtype t);
 
 // Where the cached keys and values of one sequence, layer and KV head lie. The layer's
 // K and V live in arenas indexed by block id: position j is in block blocks[j /
 // block_tokens], row j % block_tokens; that block's rows of this head start
 // block_stride * id + head_offset elements (of `dtype`) from k_base (keys) or v_base
-// (values), and a row is `row_stride` elements apart from the next (head_dim for the
-// engine's head-major blocks).
+// (values), and a row is `row_stride` elements apart from the next (KvRowElems(dtype,
+// head_dim) for the engine's head-major blocks).
 struct KvHeadView {
   const void* k_base = nullptr;
   const void* v_base = nullptr;
@@ -41,9 +53,11 @@ struct KvHeadView {
 enum class AttentionMath : uint8_t { kExact, kBf16 };
 bool AttentionBf16Available();
 
-// dst[0..n) = src[0..n) in `dtype` (bf16: round to nearest even, NaN stays NaN).
+// dst = src[0..n) in `dtype` (bf16: round to nearest even, NaN stays NaN; q8: one row of n
+// values, n a multiple of kKvQ8Group, as described at KvDtype; a group holding a NaN or an
+// infinity gets a NaN scale, so its values read back as NaN).
 void StoreKv(const float* src, int64_t n, KvDtype dtype, void* dst);
-// dst[0..n) = src[0..n) widened to fp32 (exact).
+// dst[0..n) = src's n values widened to fp32 (exact for f32 and bf16; q8: int8 x scale).
 void LoadKv(const void* src, int64_t n, KvDtype dtype, float* dst);
 
 // out[h, 0..D) = softmax_j(q[h] . K_j * scale) V_j, for h < group.

@@ -146,7 +146,7 @@ void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t
       kv.dtype = sv.pool->dtype();
       kv.block_tokens = sv.pool->block_tokens();
       kv.head_offset = g * sv.pool->head_stride(layer);  // a plane per head (kv_cache.h)
-      kv.row_stride = D;
+      kv.row_stride = KvRowElems(kv.dtype, D);
       kv.length = slots[t].pos + 1;  // causal: the tile's first token attends 0..pos, the next one more
       AttendQueries(&s.q[t * qd + g * group * D], qd, nq, group, D, kv, scale, scores.data(),
                     &s.attn[t * qd + g * group * D], qd, w.math);

@@ -55,12 +55,13 @@ KvBlockPool::KvBlockPool(CacheLayout layout, int64_t max_blocks)
   M2_CHECK(max_blocks_ >= 0);
   const int64_t eb = KvDtypeBytes(layout_.kv_dtype);
   for (const auto& l : layout_.layers) {
-    const int64_t half = l.kind == LayerCacheKind::kKeyValue ? layout_.block_tokens * l.kv_heads * l.head_dim : 0;
+    const int64_t row = KvRowElems(layout_.kv_dtype, l.head_dim);  // elements of one cached row
+    const int64_t half = l.kind == LayerCacheKind::kKeyValue ? layout_.block_tokens * l.kv_heads * row : 0;
     has_recurrent_ |= l.kind == LayerCacheKind::kRecurrentState;
     if (l.kind == LayerCacheKind::kRecurrentState) checkpoint_floats_ += l.state_floats;
     half_elems_.push_back(half);
     half_bytes_.push_back(half * eb);
-    row_block_elems_.push_back(l.kind == LayerCacheKind::kKeyValue ? layout_.block_tokens * l.head_dim : 0);
+    row_block_elems_.push_back(l.kind == LayerCacheKind::kKeyValue ? layout_.block_tokens * row : 0);
     kv_heads_.push_back(l.kind == LayerCacheKind::kKeyValue ? l.kv_heads : 0);
     block_elems_ += 2 * half;
   }
@@ -470,7 +471,7 @@ void* SequenceCache::KRaw(int64_t layer, int64_t pos, int64_t head) {
   const auto& spec = pool_->layout().layers[static_cast<size_t>(layer)];
   M2_CHECK(head >= 0 && head < spec.kv_heads, "KV head {} outside [0, {})", head, spec.kv_heads);
   return static_cast<char*>(pool_->KData(blocks_[static_cast<size_t>(pos / bt)], layer, head)) +
-         pos % bt * spec.head_dim * KvDtypeBytes(pool_->dtype());
+         pos % bt * KvRowBytes(pool_->dtype(), spec.head_dim);
 }
 
 void* SequenceCache::VRaw(int64_t layer, int64_t pos, int64_t head) {

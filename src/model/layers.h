@@ -26,8 +26,8 @@ struct TokenSlot {
 struct SeqView {
   KvBlockPool* pool;
   const int32_t* blocks;
-  // K or V of `layer` at position `pos`, KV head `head` (of the pool's heads): head_dim
-  // elements of the pool's dtype.
+  // K or V of `layer` at position `pos`, KV head `head` (of the pool's heads): a row of
+  // head_dim values in the pool's dtype (KvRowBytes).
   void* KAt(int64_t layer, int64_t pos, int64_t head) const {
     return InBlock(pool->KData(blocks[pos / pool->block_tokens()], layer, head), layer, pos);
   }
@@ -39,7 +39,7 @@ struct SeqView {
   // Position pos's row within its block's rows of a head (the pool's KData / VData).
   void* InBlock(void* rows, int64_t layer, int64_t pos) const {
     const int64_t d = pool->layout().layers[static_cast<size_t>(layer)].head_dim;
-    return static_cast<char*>(rows) + pos % pool->block_tokens() * d * KvDtypeBytes(pool->dtype());
+    return static_cast<char*>(rows) + pos % pool->block_tokens() * KvRowBytes(pool->dtype(), d);
   }
 };
 

@@ -102,11 +102,12 @@ Status EngineOptions::Validate() const {
 int64_t KvBytesPerToken(const ModelConfig& cfg, KvDtype dtype) {
   // Softmax layers only: a Lightning layer keeps a fixed state per sequence instead.
   const int64_t softmax_layers = cfg.num_hidden_layers - cfg.num_lightning_layers();
-  return softmax_layers * cfg.num_key_value_heads * cfg.head_dim * 2 * KvDtypeBytes(dtype);
+  return softmax_layers * cfg.num_key_value_heads * 2 * KvRowBytes(dtype, cfg.head_dim);
 }
 
 Result<int64_t> KvBudgetBlocks(const ModelConfig& cfg, const EngineOptions& o) {
   M2_RETURN_IF_ERROR(o.Validate());
+  M2_RETURN_IF_ERROR(CheckKvDtype(cfg, o.kv_dtype));
   const int64_t bt = o.block_tokens;
   // With --spec mtp every block also holds the MTP modules' layers.
   const int64_t layers_bytes = KvBytesPerToken(cfg, o.kv_dtype) +
@@ -129,10 +130,19 @@ Result<int64_t> KvBudgetBlocks(const ModelConfig& cfg, const EngineOptions& o) {
   return std::max<int64_t>(1, std::min(context_blocks, mem_blocks));
 }
 
+Status CheckKvDtype(const ModelConfig& cfg, KvDtype dtype) {
+  if (dtype == KvDtype::kQ8 && cfg.head_dim % kKvQ8Group != 0)
+    return Error("--kv-dtype q8 stores each head's keys and values in groups of {}: this model's head_dim is {}, "
+                 "not a multiple of it (use bf16 or f32)",
+                 kKvQ8Group, cfg.head_dim);
+  return Status::Ok();
+}
+
 Result<KvDtype> ParseKvDtype(const std::string& s) {
   if (s == "bf16") return KvDtype::kBf16;
   if (s == "f32" || s == "fp32") return KvDtype::kF32;
-  return Error("unknown KV cache dtype '{}': expected bf16 or f32", s);
+  if (s == "q8" || s == "q8_0") return KvDtype::kQ8;
+  return Error("unknown KV cache dtype '{}': expected bf16, f32 or q8", s);
 }
 
 Result<std::unique_ptr<Engine>> Engine::Create(Model& model, const text::Tokenizer* tokenizer, EngineOptions options) {

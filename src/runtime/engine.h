@@ -84,8 +84,11 @@ Result<int64_t> KvBudgetBlocks(const ModelConfig& cfg, const EngineOptions& o);
 // Bytes of keys and values per token for this model at this dtype (its softmax layers:
 // a Lightning layer keeps a fixed fp32 state per running sequence, outside this budget).
 int64_t KvBytesPerToken(const ModelConfig& cfg, KvDtype dtype);
-// "bf16" / "f32" -> dtype; anything else is an error naming the choices.
+// "bf16" / "f32" / "q8" -> dtype; anything else is an error naming the choices.
 Result<KvDtype> ParseKvDtype(const std::string& s);
+// Whether this model's rows can be cached in `dtype` (q8 needs a head_dim that is a multiple
+// of its group of 32 values), else an error saying why.
+Status CheckKvDtype(const ModelConfig& cfg, KvDtype dtype);
 
 // One conversation's cache, kept between the requests that name it (see Request::session).
 // Owned by the caller; it must outlive those requests and the engine must outlive it.

@@ -1,5 +1,7 @@
 #include "runtime/perplexity.h"
 
+#include "runtime/engine.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -51,8 +53,10 @@ Result<PerplexityResult> ComputePerplexity(Model& model, std::span<const int32_t
     return Error("stride: expected 1 to {} tokens (the context), found {}", o.context, o.stride);
   for (int64_t i = 0; i < n; ++i)
     if (ids[i] < 0 || ids[i] >= V) return Error("token {} (id {}) is outside the vocabulary [0, {})", i, ids[i], V);
+  M2_RETURN_IF_ERROR(CheckKvDtype(cfg, o.kv_dtype));
   Model* ref = o.reference;
   if (ref != nullptr) {
+    if (Status st = CheckKvDtype(ref->config(), o.reference_kv_dtype); !st.ok()) return st.WithContext("reference model");
     const ModelConfig& rc = ref->config();
     if (rc.vocab_size != V)
       return Error("reference model: expected the same vocabulary size as the model ({}), found {}", V,

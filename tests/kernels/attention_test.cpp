@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdio>
+#include <cstring>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -25,30 +26,35 @@ namespace {
 
 using Kernel = std::function<void(const float*, int64_t, int64_t, const KvHeadView&, float, float*, float*)>;
 
-// One layer's K and V arenas of head-major blocks [kv_heads][bt][D] in `dtype`, filled
-// from fp32 values, and a view of head `head` over `len` positions whose block ids are a
-// shuffled pick of the arena's (a few more blocks than needed).
+// One layer's K and V arenas of head-major blocks [kv_heads][bt][row] in `dtype` (a row:
+// KvRowElems(dtype, D) elements), filled row by row from fp32 values, and a view of head
+// `head` over `len` positions whose block ids are a shuffled pick of the arena's (a few more
+// blocks than needed).
 struct Arena {
   std::vector<uint8_t> k, v;
   std::vector<int32_t> ids;
   KvHeadView view;
+  int64_t row = 0;  // elements of a row
 
   Arena(int64_t D, int64_t bt, int64_t len, int64_t kv_heads, int64_t head, KvDtype dtype, std::mt19937& rng) {
     std::normal_distribution<float> nd(0.0f, 1.0f);
     const int64_t need = (len + bt - 1) / bt, total = need + 3;
-    const int64_t stride = kv_heads * bt * D, n = total * stride;
-    std::vector<float> src(n);
-    k.resize(n * KvDtypeBytes(dtype)), v.resize(n * KvDtypeBytes(dtype));
-    for (auto& f : src) f = nd(rng);
-    StoreKv(src.data(), n, dtype, k.data());
-    for (auto& f : src) f = nd(rng);
-    StoreKv(src.data(), n, dtype, v.data());
+    row = KvRowElems(dtype, D);
+    const int64_t stride = kv_heads * bt * row, rows = total * kv_heads * bt, rb = KvRowBytes(dtype, D);
+    std::vector<float> src(D);
+    k.resize(rows * rb), v.resize(rows * rb);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (auto& f : src) f = nd(rng);
+      StoreKv(src.data(), D, dtype, k.data() + r * rb);
+      for (auto& f : src) f = nd(rng);
+      StoreKv(src.data(), D, dtype, v.data() + r * rb);
+    }
     ids.resize(total);
     std::iota(ids.begin(), ids.end(), 0);
     std::shuffle(ids.begin(), ids.end(), rng);
     ids.resize(need);
     view.k_base = k.data(), view.v_base = v.data(), view.blocks = ids.data();
-    view.block_stride = stride, view.head_offset = head * bt * D, view.block_tokens = bt, view.row_stride = D;
+    view.block_stride = stride, view.head_offset = head * bt * row, view.block_tokens = bt, view.row_stride = row;
     view.length = len, view.dtype = dtype;
   }
 };
@@ -76,12 +82,14 @@ TEST(AttentionKernels, Avx512MatchesPortable) {
   if (!Cpu().has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512";
   Check("avx512", AttendGroupAvx512, KvDtype::kF32);
   Check("avx512", AttendGroupAvx512, KvDtype::kBf16);
+  Check("avx512", AttendGroupAvx512, KvDtype::kQ8);
 }
 
 TEST(AttentionKernels, Avx2MatchesPortable) {
   if (!Cpu().has_avx2()) GTEST_SKIP() << "this CPU has no AVX2";
   Check("avx2", AttendGroupAvx2, KvDtype::kF32);
   Check("avx2", AttendGroupAvx2, KvDtype::kBf16);
+  Check("avx2", AttendGroupAvx2, KvDtype::kQ8);
 }
 
 float FromBits(uint32_t u) { return std::bit_cast<float>(u); }
@@ -94,15 +102,15 @@ uint32_t Bits(float f) { return std::bit_cast<uint32_t>(f); }
 void CheckSameBits(const char* name, const Kernel& kernel, bool per_row = true) {
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBf16})
+  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBf16, KvDtype::kQ8})
     for (int64_t group : {6, 8, 13})
       for (int64_t len : {1, 2, 17, 48, 201}) {
-        const int64_t D = 128, bt = 16, row_bytes = D * KvDtypeBytes(dtype);
+        const int64_t D = 128, bt = 16, row_bytes = KvRowBytes(dtype, D);
         const Arena a(D, bt, len, 2, 1, dtype, rng);
         // The same rows in blocks of one row each, in order.
         std::vector<uint8_t> k1(len * row_bytes), v1(len * row_bytes);
         for (int64_t j = 0; j < len; ++j) {
-          const int64_t off = (a.ids[j / bt] * a.view.block_stride + a.view.head_offset + (j % bt) * D) * KvDtypeBytes(dtype);
+          const int64_t off = (a.ids[j / bt] * a.view.block_stride + a.view.head_offset + (j % bt) * a.row) * KvDtypeBytes(dtype);
           std::copy_n(a.k.data() + off, row_bytes, k1.data() + j * row_bytes);
           std::copy_n(a.v.data() + off, row_bytes, v1.data() + j * row_bytes);
         }
@@ -110,7 +118,7 @@ void CheckSameBits(const char* name, const Kernel& kernel, bool per_row = true) 
         std::iota(ids.begin(), ids.end(), 0);
         KvHeadView single = a.view;
         single.k_base = k1.data(), single.v_base = v1.data(), single.blocks = ids.data();
-        single.block_stride = D, single.head_offset = 0, single.block_tokens = 1;
+        single.block_stride = a.row, single.head_offset = 0, single.block_tokens = 1;
         std::vector<float> q(group * D), scratch(group * len), whole(group * D), part(group * D), rows(group * D);
         for (auto& f : q) f = 2.0f * nd(rng);
         kernel(q.data(), group, D, a.view, 0.088f, scratch.data(), whole.data());
@@ -122,9 +130,10 @@ void CheckSameBits(const char* name, const Kernel& kernel, bool per_row = true) 
         for (int64_t i = 0; i < group * D; ++i) {
           ASSERT_EQ(Bits(part[i]), Bits(whole[i])) << name << " " << KvDtypeName(dtype) << ": group " << group
                                                    << " in parts, length " << len << " element " << i;
-          if (per_row)
+          if (per_row) {
             ASSERT_EQ(Bits(rows[i]), Bits(whole[i])) << name << " " << KvDtypeName(dtype) << ": group " << group
                                                    << " one row per block, length " << len << " element " << i;
+          }
         }
       }
 }
@@ -158,7 +167,7 @@ using QueriesKernel = std::function<void(const float*, int64_t, int64_t, int64_t
 void CheckQueries(const char* name, const QueriesKernel& queries, const Kernel& single) {
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBf16})
+  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBf16, KvDtype::kQ8})
     for (int64_t group : {1, 6, 8, 13})
       for (int64_t nq : {1, 2, 3, 4, 5})
         for (int64_t len0 : {1, 14, 15, 16, 17, 40}) {
@@ -253,7 +262,7 @@ TEST(AttentionKernels, Bf16ProductsMatchARoundedReference) {
 TEST(AttentionKernels, Bf16ProductsFallBackToExactBits) {
   std::mt19937 rng(17);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBf16}) {
+  for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBf16, KvDtype::kQ8}) {
     if (dtype == KvDtype::kBf16 && AttentionBf16Available()) continue;
     const int64_t D = 128, group = 6, len = 77;
     const Arena a(D, 16, len, 2, 1, dtype, rng);
@@ -301,6 +310,57 @@ TEST(AttentionKernels, PortableBf16MatchesF32OnRoundedData) {
         }
 }
 
+
+// q8 rows: int8 values in groups of 32, each with the fp32 scale max|x| / 127 after the row's
+// values; every value reads back within half a step (max|x| / 254) of what was stored, the
+// largest of each group exactly +-127 steps, an all-zero group as zeros, and a group holding a
+// NaN or an infinity as NaNs (never as numbers that look right).
+TEST(AttentionKernels, StoreLoadKvQ8) {
+  EXPECT_STREQ(KvDtypeName(KvDtype::kQ8), "q8");
+  EXPECT_EQ(KvDtypeBytes(KvDtype::kQ8), 1);
+  EXPECT_EQ(KvRowElems(KvDtype::kQ8, 128), 144);
+  EXPECT_EQ(KvRowBytes(KvDtype::kQ8, 128), 144);
+  EXPECT_EQ(KvRowBytes(KvDtype::kBf16, 128), 256);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t D = 128;
+  std::vector<float> x(D), back(D);
+  std::vector<uint8_t> row(KvRowBytes(KvDtype::kQ8, D));
+  for (int trial = 0; trial < 50; ++trial) {
+    const float spread = std::ldexp(1.0f, trial % 20 - 10);  // groups of very different sizes
+    for (int64_t i = 0; i < D; ++i) x[i] = nd(rng) * spread * (i / 32 + 1);
+    if (trial % 7 == 0) x[trial % D] = 40.0f * spread;  // an outlier widens one group's steps only
+    StoreKv(x.data(), D, KvDtype::kQ8, row.data());
+    LoadKv(row.data(), D, KvDtype::kQ8, back.data());
+    for (int64_t g = 0; g < D; g += 32) {
+      float amax = 0.0f;
+      for (int64_t i = g; i < g + 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+      float scale;
+      std::memcpy(&scale, row.data() + D + g / 8, sizeof scale);
+      EXPECT_EQ(scale, amax / 127.0f) << trial << " group " << g / 32;
+      bool edge = false;
+      for (int64_t i = g; i < g + 32; ++i) {
+        EXPECT_LE(std::fabs(back[i] - x[i]), amax / 254.0f * 1.0001f) << trial << " element " << i;
+        edge |= std::abs(static_cast<int8_t>(row[i])) == 127;
+      }
+      EXPECT_TRUE(edge) << trial << " group " << g / 32 << ": its largest value should take the full 127 steps";
+    }
+  }
+  // Zeros stay zeros; a NaN or an infinity makes its group (and only it) NaN.
+  std::fill(x.begin(), x.end(), 0.0f);
+  x[40] = NAN;
+  x[100] = -INFINITY;
+  x[70] = 3.0f;
+  StoreKv(x.data(), D, KvDtype::kQ8, row.data());
+  LoadKv(row.data(), D, KvDtype::kQ8, back.data());
+  for (int64_t i = 0; i < D; ++i) {
+    if (i / 32 == 1 || i / 32 == 3) {
+      EXPECT_TRUE(std::isnan(back[i])) << i;
+    } else {
+      EXPECT_EQ(back[i], i == 70 ? 3.0f : 0.0f) << i;
+    }
+  }
+}
 
 TEST(AttentionKernels, StoreLoadKv) {
   EXPECT_STREQ(KvDtypeName(KvDtype::kF32), "f32");

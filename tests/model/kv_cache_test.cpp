@@ -309,5 +309,28 @@ TEST(KvCacheTest, Bf16PoolStoresHalfTheBytes) {
   EXPECT_EQ(static_cast<char*>(c.KRaw(0, 1)) - static_cast<char*>(c.KRaw(0, 0)), 2 * 2);
 }
 
+// A q8 pool (kernels/attention.h): a row of head_dim 32 is 32 int8 values and one fp32
+// scale, 36 bytes, and positions, heads and layers are that many bytes apart.
+TEST(KvCacheTest, Q8PoolRowsHoldTheirScales) {
+  CacheLayout l;
+  l.block_tokens = 4;
+  l.layers = {{LayerCacheKind::kKeyValue, 2, 32, 0}, {LayerCacheKind::kKeyValue, 2, 32, 0}};
+  l.kv_dtype = KvDtype::kQ8;
+  KvBlockPool pool(l);
+  EXPECT_EQ(pool.block_bytes(), 2 * 2 * 2 * 4 * 36);  // layers x (K, V) x heads x positions x row
+  SequenceCache c(&pool);
+  ASSERT_TRUE(c.Extend(6).ok());
+  EXPECT_EQ(static_cast<char*>(c.KRaw(0, 1)) - static_cast<char*>(c.KRaw(0, 0)), 36);
+  std::vector<float> a(32), b(32), back(32);
+  for (int i = 0; i < 32; ++i) a[i] = 0.25f * static_cast<float>(i - 16), b[i] = -a[i] * 3.0f;
+  StoreKv(a.data(), 32, KvDtype::kQ8, c.KRaw(1, 5, 1));
+  StoreKv(b.data(), 32, KvDtype::kQ8, c.VRaw(1, 5, 1));
+  StoreKv(b.data(), 32, KvDtype::kQ8, c.KRaw(1, 4, 1));  // the row before: must not touch row 5
+  LoadKv(c.KRaw(1, 5, 1), 32, KvDtype::kQ8, back.data());
+  for (int i = 0; i < 32; ++i) EXPECT_NEAR(back[i], a[i], 4.0f / 254.0f) << i;
+  LoadKv(c.VRaw(1, 5, 1), 32, KvDtype::kQ8, back.data());
+  for (int i = 0; i < 32; ++i) EXPECT_NEAR(back[i], b[i], 12.0f / 254.0f) << i;
+}
+
 }  // namespace
 }  // namespace m2

@@ -167,6 +167,51 @@ TEST(Engine, LongPromptIsChunkedWhileOthersDecode) {
   }
 }
 
+// The q8 cache (kernels/attention.h: int8 rows with a scale per 32 values): a row's bytes
+// depend only on its own values, so batched requests, chunked prefill and the prefix cache
+// give each request the tokens it gets alone on a q8 cache; the same memory holds 64 / 36
+// as many tokens as bf16 for the bundled model's rows of 32; and a model whose head_dim is
+// not a multiple of 32 is refused with a reason, never run.
+TEST(Engine, Q8CacheBatchesAndSharesPrefixesLikeSoloRuns) {
+  const auto prompts = Prompts(6, 4);
+  EngineOptions o;
+  o.kv_dtype = KvDtype::kQ8;
+  o.max_batch_tokens = 48;
+  auto e = Engine::Create(Tiny(), &TinyTokenizer(), o);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  std::vector<Request> reqs;
+  std::vector<int32_t> system(40);  // a shared prefix: two whole blocks of 16
+  for (size_t i = 0; i < system.size(); ++i) system[i] = static_cast<int32_t>(70 + i * 11 % 6000);
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> p = system;
+    p.insert(p.end(), prompts[i].begin(), prompts[i].end());
+    reqs.push_back(MakeRequest(p, 12 + i, Greedy()));
+  }
+  Collected c;
+  std::vector<uint64_t> ids;
+  RunAll(**e, {reqs[0]}, c, ids);
+  RunAll(**e, std::vector<Request>(reqs.begin() + 1, reqs.end()), c, ids);
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(c.errors[ids[i]].ok()) << c.errors[ids[i]].message();
+    EXPECT_EQ(c.results[ids[i]].tokens, Solo(reqs[i], o)) << "request " << i;
+  }
+  EXPECT_GT((*e)->stats().prefix_hits, 0);
+
+  EngineOptions bf16;
+  bf16.kv_memory_gib = o.kv_memory_gib = 0.01;
+  auto blocks_q8 = KvBudgetBlocks(Tiny().config(), o), blocks_bf16 = KvBudgetBlocks(Tiny().config(), bf16);
+  ASSERT_TRUE(blocks_q8.ok() && blocks_bf16.ok());
+  ASSERT_EQ(Tiny().config().head_dim, 32);
+  EXPECT_NEAR(static_cast<double>(*blocks_q8) / static_cast<double>(*blocks_bf16), 64.0 / 36.0, 0.01);
+
+  ModelConfig odd = Tiny().config();
+  odd.head_dim = 48;
+  auto refused = KvBudgetBlocks(odd, o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("head_dim is 48"), std::string::npos) << refused.status().message();
+  EXPECT_TRUE(KvBudgetBlocks(odd, bf16).ok());
+}
+
 TEST(Engine, PrefixCacheSharesFullBlocksAcrossRequests) {
   auto e = Engine::Create(Tiny(), &TinyTokenizer(), {});
   ASSERT_TRUE(e.ok());

@@ -495,6 +495,29 @@ TEST_F(RuntimeCli, Bf16AttentionAgainstTheExactPath) {
   EXPECT_EQ(nlohmann::json::parse(fast.out)["attention"], "bf16");
 }
 
+// --kv-dtype q8: on the bundled model its KL against the exact fp32 cache is positive (the
+// rows are rounded), small, and the top tokens mostly agree; bf16 products refuse it (they
+// read a bf16 cache).
+TEST_F(RuntimeCli, Q8KvCacheAgainstTheExactCache) {
+  const std::string file = ::testing::TempDir() + "/m2_rt_kvq8.txt";
+  WriteFile(file, "The cat sat on the mat. It was a sunny day, and the birds were singing. def add(a, b): return a + b");
+  const std::string model = "models/m2-tiny", common = " -f " + file + " --context 128 --json";
+  auto run = M2("perplexity -m " + model + " --kv-dtype q8 --reference " + model + common);
+  ASSERT_EQ(run.code, 0) << run.err;
+  auto j = nlohmann::json::parse(run.out);
+  const double kl = j["reference"]["mean_kl"].get<double>();
+  EXPECT_GT(kl, 0.0);
+  EXPECT_LT(kl, 0.01);
+  EXPECT_GE(j["reference"]["top1_agreement"].get<double>(), 0.9);
+  std::printf("KL: q8 KV cache %.3g, top-1 agreement %.4f\n", kl, j["reference"]["top1_agreement"].get<double>());
+  auto bf16 = M2("perplexity -m " + model + " --attention bf16 --kv-dtype q8" + common);
+  EXPECT_EQ(bf16.code, 1);
+  EXPECT_NE(bf16.err.find("--kv-dtype q8"), std::string::npos) << bf16.err;
+  auto unknown = M2("perplexity -m " + model + " --kv-dtype q4" + common);
+  EXPECT_EQ(unknown.code, 1);
+  EXPECT_NE(unknown.err.find("bf16, f32 or q8"), std::string::npos) << unknown.err;
+}
+
 // --activations int8+int8: a q4 copy of the bundled model prefills its prompts on the int8
 // GEMM (AVX-512 VNNI, AVX-VNNI or AVX2). Its KL against exact activations is positive (it
 // runs), small, and about that of int8 everywhere on the decode kernels (`perplexity
