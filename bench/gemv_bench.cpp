@@ -461,53 +461,42 @@ int AttentionMode() {
   m2::ThreadPool pool(2);
   std::vector<std::vector<float>> sc(2, std::vector<float>(static_cast<size_t>(group * len)));
   std::vector<float> o(static_cast<size_t>(kv_heads * group * D));
+  // One timed pass over every layer's KV heads: layer l's K and V at base + l * layer_bytes,
+  // head g's rows at g * head_stride elements, blocks block_stride elements apart.
+  const auto time_layers = [&](const uint8_t* kbase, const uint8_t* vbase, size_t layer_bytes, int64_t block_stride,
+                               int64_t head_stride, int64_t row, m2::KvDtype dtype, m2::AttentionMath math) {
+    const auto t0 = Clock::now();
+    for (int64_t l = 0; l < layers; ++l)
+      pool.ParallelFor(kv_heads, 1, [&](int64_t g0, int64_t g1, int th) {
+        for (int64_t g = g0; g < g1; ++g) {
+          m2::KvHeadView kv;
+          kv.k_base = kbase + static_cast<size_t>(l) * layer_bytes;
+          kv.v_base = vbase + static_cast<size_t>(l) * layer_bytes;
+          kv.blocks = order.data();
+          kv.block_stride = block_stride;
+          kv.head_offset = g * head_stride;
+          kv.block_tokens = bt;
+          kv.row_stride = row;
+          kv.length = len;
+          kv.dtype = dtype;
+          m2::AttendQueries(q.data(), group * D, 1, group, D, kv, 0.088f, sc[static_cast<size_t>(th)].data(),
+                            o.data() + g * group * D, group * D, math);
+        }
+      });
+    return Seconds(t0);
+  };
   double best[2][2] = {{1e30, 1e30}, {1e30, 1e30}};  // [planes][bf16]
   double best_q8 = 1e30;
   for (int rep = 0; rep < 8; ++rep) {
-    {
-      const auto t0 = Clock::now();
-      for (int64_t l = 0; l < layers; ++l)
-        pool.ParallelFor(kv_heads, 1, [&](int64_t g0, int64_t g1, int th) {
-          for (int64_t g = g0; g < g1; ++g) {
-            m2::KvHeadView kv;
-            kv.k_base = km8.data() + static_cast<size_t>(l) * layer_bytes8;
-            kv.v_base = vm8.data() + static_cast<size_t>(l) * layer_bytes8;
-            kv.blocks = order.data();
-            kv.block_stride = bt * row8;
-            kv.head_offset = g * lblocks * bt * row8;
-            kv.block_tokens = bt;
-            kv.row_stride = row8;
-            kv.length = len;
-            kv.dtype = m2::KvDtype::kQ8;
-            m2::AttendQueries(q.data(), group * D, 1, group, D, kv, 0.088f, sc[static_cast<size_t>(th)].data(),
-                              o.data() + g * group * D, group * D, m2::AttentionMath::kExact);
-          }
-        });
-      best_q8 = std::min(best_q8, Seconds(t0));
-    }
+    best_q8 = std::min(best_q8, time_layers(km8.data(), vm8.data(), layer_bytes8, bt * row8, lblocks * bt * row8, row8,
+                                            m2::KvDtype::kQ8, m2::AttentionMath::kExact));
     for (int planes = 0; planes < 2; ++planes)
-      for (int b = 0; b < (bf16 ? 2 : 1); ++b) {
-        const auto t0 = Clock::now();
-        for (int64_t l = 0; l < layers; ++l)
-          pool.ParallelFor(kv_heads, 1, [&](int64_t g0, int64_t g1, int th) {
-            for (int64_t g = g0; g < g1; ++g) {
-              m2::KvHeadView kv;
-              kv.k_base = reinterpret_cast<const uint16_t*>(km.data()) + static_cast<size_t>(l) * layer_elems;
-              kv.v_base = reinterpret_cast<const uint16_t*>(vm.data()) + static_cast<size_t>(l) * layer_elems;
-              kv.blocks = order.data();
-              kv.block_stride = planes ? bt * D : kv_heads * bt * D;
-              kv.head_offset = planes ? g * lblocks * bt * D : g * bt * D;
-              kv.block_tokens = bt;
-              kv.row_stride = D;
-              kv.length = len;
-              kv.dtype = m2::KvDtype::kBf16;
-              m2::AttendQueries(q.data(), group * D, 1, group, D, kv, 0.088f, sc[static_cast<size_t>(th)].data(),
-                                o.data() + g * group * D, group * D,
-                                b ? m2::AttentionMath::kBf16 : m2::AttentionMath::kExact);
-            }
-          });
-        best[planes][b] = std::min(best[planes][b], Seconds(t0));
-      }
+      for (int b = 0; b < (bf16 ? 2 : 1); ++b)
+        best[planes][b] = std::min(
+            best[planes][b],
+            time_layers(km.data(), vm.data(), layer_elems * 2, planes ? bt * D : kv_heads * bt * D,
+                        planes ? lblocks * bt * D : bt * D, D, m2::KvDtype::kBf16,
+                        b ? m2::AttentionMath::kBf16 : m2::AttentionMath::kExact));
   }
   const double bytes = static_cast<double>(layers * kv_heads * len * D * 2 * 2);
   for (int planes = 1; planes >= 0; --planes)
