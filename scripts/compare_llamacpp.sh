@@ -71,7 +71,9 @@ Environment:
   ISA             native (default): both engines use everything this CPU has; avx2: both are
                   held to AVX2 + FMA + F16C, as on an AVX2-only CPU (llama.cpp built with
                   GGML_NATIVE=OFF and only those into build-avx2, m2 run with M2_KERNELS=avx2),
-                  so an AVX-512 machine measures the AVX2 paths too; M2_FAST defaults to 0 there
+                  so an AVX-512 machine measures the AVX2 paths too; M2_FAST defaults to 0 there;
+                  avxvnni: the same plus AVX-VNNI (llama.cpp GGML_AVX_VNNI=ON into build-avxvnni,
+                  m2 M2_KERNELS=avxvnni), as on Intel's client cores (AVX2 + AVX-VNNI, no AVX-512)
   M2_INT8         1: also time m2 with --activations int8+int8: q8 / q4 with int8 decode and
                   the int8 prefill GEMM, FP8 with that GEMM for prefill (its weights requantized
                   per 32 as it reads them) and exact decode steps; 0: not (default: 1 where the
@@ -122,10 +124,14 @@ threads=${THREADS:-2}
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "compare_llamacpp.sh: ROUNDS must be a positive integer, found '$rounds'" >&2; exit 2; }
 [[ $threads =~ ^[1-9][0-9]*$ ]] || { echo "compare_llamacpp.sh: THREADS must be a positive integer, found '$threads'" >&2; exit 2; }
 isa=${ISA:-native}
-[[ $isa =~ ^(native|avx2)$ ]] || { echo "compare_llamacpp.sh: ISA must be native or avx2, found '$isa'" >&2; exit 2; }
+[[ $isa =~ ^(native|avx2|avxvnni)$ ]] || { echo "compare_llamacpp.sh: ISA must be native, avx2 or avxvnni, found '$isa'" >&2; exit 2; }
 if [ "$isa" = avx2 ]; then
   grep -qw avx2 /proc/cpuinfo || { echo "compare_llamacpp.sh: ISA=avx2 needs a CPU with AVX2" >&2; exit 2; }
   export M2_KERNELS=avx2  # every m2 run below: the AVX2 kernels, as on an AVX2-only CPU
+elif [ "$isa" = avxvnni ]; then
+  { grep -qw avx2 /proc/cpuinfo && grep -qw avx_vnni /proc/cpuinfo; } ||
+    { echo "compare_llamacpp.sh: ISA=avxvnni needs a CPU with AVX2 and AVX-VNNI (flag avx_vnni)" >&2; exit 2; }
+  export M2_KERNELS=avxvnni  # the AVX2 kernels with vpdpbusd on 256 bits, as on Intel's client cores
 fi
 fast_default=0
 [ "$isa" = native ] && grep -qw avx512_bf16 /proc/cpuinfo && fast_default=1
@@ -377,6 +383,7 @@ cpu_id=$(awk -F': ' '/^cpu family/ {f = $2} /^model\t/ {m = $2} /^stepping/ {s =
 echo "CPU: $cpu_model ($cpu_id), $(nproc) cores available; $threads threads used by both engines"
 echo "SIMD flags: ${cpu_flags:-none of avx/avx2/avx512/vnni}"
 [ "$isa" = avx2 ] && echo "ISA=avx2: both engines held to AVX2 + FMA + F16C (llama.cpp build-avx2, m2 M2_KERNELS=avx2)"
+[ "$isa" = avxvnni ] && echo "ISA=avxvnni: both engines held to AVX2 + FMA + F16C + AVX-VNNI (llama.cpp build-avxvnni, m2 M2_KERNELS=avxvnni)"
 echo "load average (1, 5, 15 min): $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # --- 1. llama.cpp: fetch and build ----------------------------------------------------------
@@ -421,10 +428,11 @@ case "$llama_amx" in 0 | 1) ;; *) echo "compare_llamacpp.sh: LLAMA_AMX must be 0
 llama_build=$cache/build
 llama_flags=()
 llama_native=ON
-if [ "$isa" = avx2 ]; then  # AVX2 + FMA + F16C (+ BMI2) only: no AVX-512, no VNNI, no AMX
-  llama_build=$cache/build-avx2
+if [ "$isa" != native ]; then  # AVX2 + FMA + F16C (+ BMI2), and AVX-VNNI for avxvnni: no AVX-512, no AMX
+  llama_build=$cache/build-$isa
   llama_native=OFF
-  llama_flags=(-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF
+  llama_vnni=$([ "$isa" = avxvnni ] && echo ON || echo OFF)
+  llama_flags=(-DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX_VNNI=$llama_vnni
                -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF
                -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
 elif [ "$llama_amx" = 0 ]; then
@@ -432,7 +440,7 @@ elif [ "$llama_amx" = 0 ]; then
   llama_flags=(-DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
                -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
 fi
-phase "build llama.cpp (CPU, Release, $([ "$isa" = avx2 ] && echo 'GGML_NATIVE=OFF, AVX2 + FMA + F16C' || echo 'GGML_NATIVE=ON')$([ "$isa" = native ] && [ "$llama_amx" = 0 ] && echo ', AMX off')): llama-bench, llama-quantize"
+phase "build llama.cpp (CPU, Release, $([ "$isa" != native ] && echo "GGML_NATIVE=OFF, AVX2 + FMA + F16C$([ "$isa" = avxvnni ] && echo ' + AVX-VNNI')" || echo 'GGML_NATIVE=ON')$([ "$isa" = native ] && [ "$llama_amx" = 0 ] && echo ', AMX off')): llama-bench, llama-quantize"
 bin=$llama_build/bin
 if [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-quantize" ]; then
   note "already built: $bin/llama-bench, $bin/llama-quantize"

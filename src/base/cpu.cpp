@@ -86,8 +86,15 @@ Result<KernelIsa> ResolveKernelIsa(const char* m2_kernels, const CpuFeatures& cp
   KernelIsa want;
   if (v == "portable") want = KernelIsa::kPortable;
   else if (v == "avx2") want = KernelIsa::kAvx2;
+  else if (v == "avxvnni") want = KernelIsa::kAvx2;
   else if (v == "avx512") want = KernelIsa::kAvx512;
-  else return Error("M2_KERNELS: expected portable, avx2 or avx512 (or unset for the best this CPU has), found '{}'", v);
+  else
+    return Error("M2_KERNELS: expected portable, avx2, avxvnni or avx512 (or unset for the best this CPU has), found '{}'",
+                 v);
+  if (v == "avxvnni" && (!cpu.has_avx2() || !cpu.avx_vnni))
+    return Error("M2_KERNELS=avxvnni, but this CPU lacks AVX-VNNI or AVX2 (the avxvnni kernels need avx2, fma, f16c and "
+                 "avx_vnni; it has: {}); use avx2 or portable, or unset it",
+                 cpu.Describe());
   if (want == KernelIsa::kAvx512 && !cpu.has_avx512())
     return Error("M2_KERNELS=avx512, but this CPU lacks AVX-512 (the avx512 kernels need avx512f, avx512bw, avx512vl, fma "
                  "and f16c; it has: {}); use avx2 or portable, or unset it",
@@ -105,6 +112,16 @@ Status CheckKernelsEnv() {
   auto amx = ResolveAmx(std::getenv("M2_AMX"));
   return amx.ok() ? Status() : amx.status();
 }
+
+bool AvxVnniAsked() {
+  static const bool asked = [] {
+    const char* v = std::getenv("M2_KERNELS");
+    return v != nullptr && std::strcmp(v, "avxvnni") == 0;
+  }();
+  return asked;
+}
+
+bool Avx2FamilyUsesAvxVnni(const CpuFeatures& cpu, bool asked) { return cpu.avx_vnni && (!cpu.has_avx512() || asked); }
 
 Result<bool> ResolveAmx(const char* m2_amx) {
   if (m2_amx == nullptr || *m2_amx == '\0' || std::strcmp(m2_amx, "1") == 0) return true;

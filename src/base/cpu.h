@@ -29,8 +29,8 @@ const CpuFeatures& Cpu();
 
 // Which kernel family runs: "avx512", "avx2" or "portable", the best this CPU has unless
 // M2_KERNELS in the environment names one (for testing the other paths on a bigger CPU).
-// M2_KERNELS unset or empty: the best. A value that is not one of the three, or a family
-// this CPU lacks, is an error (ResolveKernelIsa), never silently replaced by another.
+// M2_KERNELS unset or empty: the best; avxvnni: avx2 with AVX-VNNI (AvxVnniAsked below). A
+// value that is not one of these, or a family this CPU lacks, is an error (ResolveKernelIsa), never silently replaced by another.
 enum class KernelIsa { kPortable, kAvx2, kAvx512 };
 // The family for an M2_KERNELS value (nullptr or "": unset) on a CPU with `cpu`.
 Result<KernelIsa> ResolveKernelIsa(const char* m2_kernels, const CpuFeatures& cpu);
@@ -39,6 +39,15 @@ Result<KernelIsa> ResolveKernelIsa(const char* m2_kernels, const CpuFeatures& cp
 // nobody did.
 Status CheckKernelsEnv();
 KernelIsa ActiveIsa();
+// M2_KERNELS=avxvnni: the avx2 family with its int8 products on AVX-VNNI (the 256-bit
+// vpdpbusd) instead of vpmaddubsw + vpmaddwd, as a CPU with AVX2 and AVX-VNNI but no AVX-512
+// runs it (Intel's client cores from Alder Lake on, where M2_KERNELS unset picks the same).
+// So an AVX-512 machine with AVX-VNNI measures that kind of CPU too; M2_KERNELS=avx2 there
+// stands for an AVX2-only CPU and keeps vpmaddubsw. ActiveIsa() is kAvx2 under it.
+bool AvxVnniAsked();
+// Whether the avx2 family's int8 products run on AVX-VNNI on a CPU with `cpu`: where it has
+// AVX-VNNI and either no AVX-512 or `asked` (M2_KERNELS=avxvnni).
+bool Avx2FamilyUsesAvxVnni(const CpuFeatures& cpu, bool asked);
 // M2_AMX: unset, empty or 1: the bf16 prefill GEMM uses the tile unit where the CPU has
 // one (AMX-BF16); 0: never (the AVX-512 BF16 kernels). Another value is an error.
 Result<bool> ResolveAmx(const char* m2_amx);

@@ -98,7 +98,7 @@ Int8GemmKernel Int8GemmFor(WeightFormat f) {
   const KernelIsa isa = ActiveIsa();
   const CpuFeatures& cpu = Cpu();
   if (isa == KernelIsa::kAvx512 && cpu.avx512_vnni) return Int8GemmKernel::kAvx512Vnni;
-  if (cpu.avx_vnni && (isa == KernelIsa::kAvx512 || (isa == KernelIsa::kAvx2 && !cpu.has_avx512())))
+  if (cpu.avx_vnni && (isa == KernelIsa::kAvx512 || (isa == KernelIsa::kAvx2 && Avx2FamilyUsesAvxVnni(cpu, AvxVnniAsked()))))
     return Int8GemmKernel::kAvxVnni;
   if (isa != KernelIsa::kPortable) return Int8GemmKernel::kAvx2;
   return Int8GemmKernel::kNone;
@@ -119,7 +119,7 @@ Int8RowsFn Int8RowsKernel(KernelIsa isa, const CpuFeatures& cpu) {
     case KernelIsa::kAvx512:
       if (cpu.avx512_vnni) return LinearInt8RowsAvx512Vnni;
       return cpu.avx_vnni ? LinearInt8RowsAvxVnni : LinearInt8RowsAvx2;
-    case KernelIsa::kAvx2: return cpu.avx_vnni && !cpu.has_avx512() ? LinearInt8RowsAvxVnni : LinearInt8RowsAvx2;
+    case KernelIsa::kAvx2: return Avx2FamilyUsesAvxVnni(cpu, AvxVnniAsked()) ? LinearInt8RowsAvxVnni : LinearInt8RowsAvx2;
   }
   return LinearInt8RowsReference;
 }

@@ -32,13 +32,35 @@ TEST(KernelsEnv, NamesForceThatFamily) {
   EXPECT_EQ(*ResolveKernelIsa("portable", CpuFeatures{}), KernelIsa::kPortable);
 }
 
+// avxvnni: the avx2 family, with the int8 products on AVX-VNNI; refused on a CPU without it.
+// Without asking, an AVX-512 CPU's avx2 family keeps vpmaddubsw (it stands for an AVX2-only
+// CPU) and a CPU with AVX-VNNI and no AVX-512 uses it.
+TEST(KernelsEnv, AvxVnniIsTheAvx2FamilyWithVnni) {
+  CpuFeatures client = Avx2Only();
+  client.avx_vnni = true;
+  CpuFeatures server = WithAvx512();
+  server.avx_vnni = true;
+  EXPECT_EQ(*ResolveKernelIsa("avxvnni", client), KernelIsa::kAvx2);
+  EXPECT_EQ(*ResolveKernelIsa("avxvnni", server), KernelIsa::kAvx2);
+  for (const CpuFeatures& lacking : {Avx2Only(), WithAvx512(), CpuFeatures{}}) {
+    auto r = ResolveKernelIsa("avxvnni", lacking);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("lacks AVX-VNNI"), std::string::npos) << r.status().message();
+  }
+  EXPECT_TRUE(Avx2FamilyUsesAvxVnni(client, false));
+  EXPECT_TRUE(Avx2FamilyUsesAvxVnni(client, true));
+  EXPECT_FALSE(Avx2FamilyUsesAvxVnni(server, false));
+  EXPECT_TRUE(Avx2FamilyUsesAvxVnni(server, true));
+  EXPECT_FALSE(Avx2FamilyUsesAvxVnni(WithAvx512(), true));
+}
+
 TEST(KernelsEnv, UnknownValueIsAnErrorNamingTheChoices) {
   for (const char* bad : {"AVX2", "avx-512", "sse", "avx2 ", "auto"}) {
     auto r = ResolveKernelIsa(bad, WithAvx512());
     ASSERT_FALSE(r.ok()) << bad;
     const std::string& m = r.status().message();
     EXPECT_NE(m.find("M2_KERNELS"), std::string::npos) << m;
-    EXPECT_NE(m.find("portable, avx2 or avx512"), std::string::npos) << m;
+    EXPECT_NE(m.find("portable, avx2, avxvnni or avx512"), std::string::npos) << m;
     EXPECT_NE(m.find(std::string("'") + bad + "'"), std::string::npos) << m;
   }
 }

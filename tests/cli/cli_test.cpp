@@ -184,7 +184,7 @@ TEST(CliTest, BenchReadsTheWeightsBetweenDecodeSteps) {
 TEST(CliTest, UnknownKernelsValueIsAnError) {
   auto r = RunM2("logits -m testdata/golden/tiny-fp8 --ids 1,2", "M2_KERNELS=avx3 ");
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.out.find("M2_KERNELS: expected portable, avx2 or avx512"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("M2_KERNELS: expected portable, avx2, avxvnni or avx512"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("'avx3'"), std::string::npos) << r.out;
   r = RunM2("logits -m testdata/golden/tiny-fp8 --ids 1,2", "M2_KERNELS=portable ");
   EXPECT_EQ(r.code, 0) << r.out;
