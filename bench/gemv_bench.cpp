@@ -189,7 +189,7 @@ int Int8Mode(int64_t total) {
   }
   const double peak = BurstPeak(pool, m2::FmaBurst);  // FmaBurst on every thread at once
   std::printf("%d threads, %s kernels; parallel read %.2f GB/s, fp32 FMA peak %.1f GFLOP/s\n", pool.size(),
-              m2::IsaName(m2::ActiveIsa()), best_read / 1e9, peak / 1e9);
+              m2::ActiveKernelsName(), best_read / 1e9, peak / 1e9);
   // The int8 kernels this CPU can run, each called directly (activations quantized in the
   // timed part, as Linear() does); the variants take turns within each repetition, so a
   // slow spell of the machine hits them alike.
@@ -259,11 +259,13 @@ int GemmMode(int64_t total, const std::string& only) {
   if (amx) modes.push_back({"bf16-amx", m2::ActivationMode::kBf16Prefill, true});
   const m2::Int8GemmKernel int8_q4 = m2::Int8GemmFor(m2::WeightFormat::kQ4);
   if (int8_q4 != m2::Int8GemmKernel::kNone) modes.push_back({"int8", m2::ActivationMode::kInt8DecodeInt8Prefill});
-  std::printf("%d threads, %s kernels; fp32 FMA peak %.1f GFLOP/s", pool.size(), m2::IsaName(m2::ActiveIsa()),
+  std::printf("%d threads, %s kernels; fp32 FMA peak %.1f GFLOP/s", pool.size(), m2::ActiveKernelsName(),
               peak / 1e9);
   if (m2::Bf16GemmAvailable()) std::printf(", vdpbf16ps peak %.1f", BurstPeak(pool, m2::Bf16DotBurstAvx512) / 1e9);
   if (int8_q4 == m2::Int8GemmKernel::kAvx512Vnni)
     std::printf(", vpdpbusd peak %.1f Gop/s", BurstPeak(pool, m2::Int8DotBurstAvx512Vnni) / 1e9);
+  else if (int8_q4 == m2::Int8GemmKernel::kAvxVnni)
+    std::printf(", vpdpbusd (256-bit) peak %.1f Gop/s", BurstPeak(pool, m2::Int8DotBurstAvxVnni) / 1e9);
   else if (int8_q4 == m2::Int8GemmKernel::kAvx2)
     std::printf(", vpmaddubsw + vpaddw peak %.1f Gop/s (int8 GEMM: AVX2 q4), q8's vpsignb + vpmaddubsw + vpmaddwd + vpaddd %.1f",
                 BurstPeak(pool, m2::Int8DotBurstAvx2) / 1e9, BurstPeak(pool, m2::Int8DotBurstAvx2Signed) / 1e9);
@@ -399,7 +401,7 @@ int AttentionMode() {
   std::vector<float> q(static_cast<size_t>(group * D)), out(q.size()), scratch(static_cast<size_t>(group * max_len));
   for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(0.37f * static_cast<float>(i));
   std::printf("decode attention, one thread, %s kernels: %lld query heads per KV head, head_dim %lld, bf16 KV\n",
-              m2::IsaName(m2::ActiveIsa()), static_cast<long long>(group), static_cast<long long>(D));
+              m2::ActiveKernelsName(), static_cast<long long>(group), static_cast<long long>(D));
   const bool bf16 = m2::AttentionBf16Available();
   std::printf("%8s %6s %10s %10s %12s %14s\n", "length", "math", "GB/s", "GFLOP/s", "ns/position", "max |diff|");
   std::vector<float> exact(q.size());
@@ -685,7 +687,7 @@ int TurnsMode(int64_t total, const std::string& only) {
     cases.insert(cases.begin() + 2, {m2::WeightFormat::kFp8Block, 1536, 3072, m2::ActivationMode::kBf16Prefill, "fp8-block, bf16 decode"});
   std::printf("%d threads, %s kernels, %lld MiB per format; each turn: read, kernel x 3, read (ratios: kernel / mean "
               "of the two reads)\n",
-              pool.size(), m2::IsaName(m2::ActiveIsa()), static_cast<long long>(total >> 20));
+              pool.size(), m2::ActiveKernelsName(), static_cast<long long>(total >> 20));
   for (const Case& c : cases) {
     if (!only.empty() && std::string(c.name).find(only) == std::string::npos) continue;
     Set s = Make(c.f, c.rows, c.cols, total);

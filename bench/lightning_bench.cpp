@@ -83,7 +83,7 @@ int main() {
     peak = std::max(peak, flops / Seconds(t0));
   }
   std::printf("one thread, %s kernels, D %lld; fp32 FMA peak of one core (measured) %.1f GFLOP/s\n",
-              m2::IsaName(m2::ActiveIsa()), static_cast<long long>(D), peak / 1e9);
+              m2::ActiveKernelsName(), static_cast<long long>(D), peak / 1e9);
 
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-0.3f, 1.0f);

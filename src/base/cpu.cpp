@@ -123,6 +123,10 @@ bool AvxVnniAsked() {
 
 bool Avx2FamilyUsesAvxVnni(const CpuFeatures& cpu, bool asked) { return cpu.avx_vnni && (!cpu.has_avx512() || asked); }
 
+const char* ActiveKernelsName() {
+  return ActiveIsa() == KernelIsa::kAvx2 && AvxVnniAsked() ? "avxvnni" : IsaName(ActiveIsa());
+}
+
 Result<bool> ResolveAmx(const char* m2_amx) {
   if (m2_amx == nullptr || *m2_amx == '\0' || std::strcmp(m2_amx, "1") == 0) return true;
   if (std::strcmp(m2_amx, "0") == 0) return false;

@@ -48,6 +48,9 @@ bool AvxVnniAsked();
 // Whether the avx2 family's int8 products run on AVX-VNNI on a CPU with `cpu`: where it has
 // AVX-VNNI and either no AVX-512 or `asked` (M2_KERNELS=avxvnni).
 bool Avx2FamilyUsesAvxVnni(const CpuFeatures& cpu, bool asked);
+// The active kernels' name for reports: IsaName(ActiveIsa()), or "avxvnni" under
+// M2_KERNELS=avxvnni.
+const char* ActiveKernelsName();
 // M2_AMX: unset, empty or 1: the bf16 prefill GEMM uses the tile unit where the CPU has
 // one (AMX-BF16); 0: never (the AVX-512 BF16 kernels). Another value is an error.
 Result<bool> ResolveAmx(const char* m2_amx);

@@ -150,10 +150,10 @@ int RunProbe(const BenchOptions& o) {
   ThreadPool pool(o.threads);
   const double bandwidth = MeasureBandwidth(pool);
   if (o.json) {
-    nlohmann::json j = {{"read_bandwidth_bytes_per_s", bandwidth}, {"threads", pool.size()}, {"kernels", IsaName(ActiveIsa())}};
+    nlohmann::json j = {{"read_bandwidth_bytes_per_s", bandwidth}, {"threads", pool.size()}, {"kernels", ActiveKernelsName()}};
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("read bandwidth: %.2f GB/s on %d threads (%s kernels)\n", bandwidth / 1e9, pool.size(), IsaName(ActiveIsa()));
+    std::printf("read bandwidth: %.2f GB/s on %d threads (%s kernels)\n", bandwidth / 1e9, pool.size(), ActiveKernelsName());
   }
   return 0;
 }
@@ -301,14 +301,14 @@ int RunCompetingLoad(const BenchOptions& o, Model& m, ThreadPool& pool) {
     }
   if (o.json) {
     std::printf("%s\n", nlohmann::json({{"model", o.model}, {"threads", threads}, {"competing_processes", competitors},
-                                        {"kernels", IsaName(ActiveIsa())}, {"cpu", Cpu().Describe()},
+                                        {"kernels", ActiveKernelsName()}, {"cpu", Cpu().Describe()},
                                         {"prompt_tokens", o.load_prompt}, {"decode_tokens", o.load_decode},
                                         {"rounds", o.load_rounds}, {"rows", rows}, {"pass", !failed}})
                             .dump(2)
                             .c_str());
   } else {
     std::printf("competing load: %d threads vs 1, %s kernels, %d rounds (tokens/s: median, mean +- sd)\n", threads,
-                IsaName(ActiveIsa()), o.load_rounds);
+                ActiveKernelsName(), o.load_rounds);
     std::printf("%-22s %-8s %24s %24s %8s\n", "load", "phase", "1 thread", fmt::format("{} threads", threads).c_str(),
                 "ratio");
     for (const auto& r : rows) {
@@ -392,7 +392,7 @@ int Run(const BenchOptions& o) {
   }
 
   std::fprintf(stderr, "measuring the machine: read bandwidth and fp32 FMA peak on %d threads (%s kernels)\n",
-               threads, IsaName(ActiveIsa()));
+               threads, ActiveKernelsName());
   // The ceilings are measured before and again after the model's timings, and the higher
   // of each pair is the one reported and divided by: on a shared machine that slows down
   // part of the time, a ceiling taken during a slow spell would flatter the ratios.
@@ -695,7 +695,7 @@ int Run(const BenchOptions& o) {
     }
   }
   if (streams_rows.is_object() || (prefix.is_object() && prefix.contains("error"))) any_failed = true;
-  nlohmann::json j = {{"model", o.model}, {"kernels", IsaName(ActiveIsa())}, {"cpu", Cpu().Describe()},
+  nlohmann::json j = {{"model", o.model}, {"kernels", ActiveKernelsName()}, {"cpu", Cpu().Describe()},
                       {"threads", threads}, {"activations", o.activations}, {"read_bandwidth_bytes_per_s", bandwidth}, {"peak_fp32_flops", peak},
                       {"prefill", prefill_rows}, {"decode", decode_rows}, {"weights_file_bytes", file_bytes},
                       {"weights_memory", m.store().read_into_memory() ? "read" : "mapped"},
@@ -721,7 +721,7 @@ int Run(const BenchOptions& o) {
   }
   std::printf("machine: %s kernels, %d threads; read bandwidth %.1f GB/s; fp32 FMA peak %.1f GFLOP/s; "
               "activations %s; attention %s\n",
-              IsaName(ActiveIsa()), threads, bandwidth / 1e9, peak / 1e9, o.activations.c_str(),
+              ActiveKernelsName(), threads, bandwidth / 1e9, peak / 1e9, o.activations.c_str(),
               AttentionName(m.attention_math(), *kv_dtype));
   std::printf("  (the higher of two measurements: before the timings %.1f GB/s, %.1f GFLOP/s; after %.1f GB/s, %.1f GFLOP/s)\n",
               bandwidth_before / 1e9, peak_before / 1e9, bandwidth_after / 1e9, peak_after / 1e9);
