@@ -29,8 +29,9 @@ const CpuFeatures& Cpu();
 
 // Which kernel family runs: "avx512", "avx2" or "portable", the best this CPU has unless
 // M2_KERNELS in the environment names one (for testing the other paths on a bigger CPU).
-// M2_KERNELS unset or empty: the best; avxvnni: avx2 with AVX-VNNI (AvxVnniAsked below). A
-// value that is not one of these, or a family this CPU lacks, is an error (ResolveKernelIsa), never silently replaced by another.
+// M2_KERNELS unset or empty: the best; avxvnni: avx2 with AVX-VNNI (AvxVnniAsked below).
+// A value that is not one of these, or a family this CPU lacks, is an error
+// (ResolveKernelIsa), never silently replaced by another.
 enum class KernelIsa { kPortable, kAvx2, kAvx512 };
 // The family for an M2_KERNELS value (nullptr or "": unset) on a CPU with `cpu`.
 Result<KernelIsa> ResolveKernelIsa(const char* m2_kernels, const CpuFeatures& cpu);
