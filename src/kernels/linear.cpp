@@ -347,6 +347,14 @@ std::atomic<bool> g_subnormals_slow_for_testing{false};
 bool SubnormalsAreSlow() { return Cpu().intel || g_subnormals_slow_for_testing.load(std::memory_order_relaxed); }
 void SetSubnormalsSlowForTesting(bool on) { g_subnormals_slow_for_testing.store(on, std::memory_order_relaxed); }
 bool Fp8GemvEightRows() { return Cpu().intel; }
+namespace {
+std::atomic<int> g_bf16_wide_rows_for_testing{-1};
+}  // namespace
+bool Bf16GemvWideRows() {
+  const int mode = g_bf16_wide_rows_for_testing.load(std::memory_order_relaxed);
+  return mode < 0 ? Cpu().intel : mode == 1;
+}
+void SetBf16GemvWideRowsForTesting(int mode) { g_bf16_wide_rows_for_testing.store(mode, std::memory_order_relaxed); }
 
 void Linear(const LinearWeight& w, const float* x, int64_t n, float* y) { LinearOn(w, x, n, y, &ThreadPool::Global()); }
 

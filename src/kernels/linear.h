@@ -61,6 +61,12 @@ bool SubnormalsAreSlow();
 void SetSubnormalsSlowForTesting(bool on);
 // Whether the one-token FP8 GEMV with AVX-512 takes 8 rows a pass (Intel) rather than 4.
 bool Fp8GemvEightRows();
+// Whether the one-token bf16 GEMV takes more rows a pass (Intel: 6 with AVX-512, 8 with
+// AVX2) rather than 4: more streams in flight from memory. The same bits either way (each
+// row has its own chain of sums). SetBf16GemvWideRowsForTesting: 1 forces the wide passes
+// on any CPU, 0 forbids them, -1 (the start) follows the CPU.
+bool Bf16GemvWideRows();
+void SetBf16GemvWideRowsForTesting(int mode);
 
 // Columns per scale in kQ8 / kQ4.
 inline constexpr int64_t kQuantGroup = 32;

@@ -251,6 +251,32 @@ TEST(LinearTest, Fp8DecodeGivesTheSameBitsWithXCopiedOrNot) {
 // Intel's FP8 GEMV (the fp16 route always, codes in order, no byte shuffle): its own sums,
 // so the same bits for x and x / 2 and for x copied or not, and the reference's values;
 // run on any CPU through the test switch.
+// One-token bf16 on Intel takes 6 (AVX-512) or 8 (AVX2) rows a pass instead of 4: the same
+// bits, rows left over (23 = 3 x 6 + 5 = 2 x 8 + 7) and a column tail (1029) included. The
+// wide passes are forced on and off, so any CPU checks them.
+TEST(LinearTest, Bf16WideRowPassesGiveTheSameBits) {
+  std::mt19937 rng(43);
+  const Weight m = Make({WeightFormat::kBF16, 23, 1029}, rng);
+  std::vector<float> x(1029);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.31f * static_cast<float>(i));
+  std::vector<float> ref(23);
+  LinearReference(m.w, x.data(), 1, ref.data());
+  for (bool avx512 : {false, true}) {
+    if (avx512 ? !Cpu().has_avx512() : !Cpu().has_avx2()) continue;
+    auto run = avx512 ? LinearRowsAvx512 : LinearRowsAvx2;
+    std::vector<float> narrow(23), wide(23);
+    SetBf16GemvWideRowsForTesting(0);
+    ASSERT_TRUE(run(m.w, x.data(), 1, narrow.data(), 0, 23));
+    SetBf16GemvWideRowsForTesting(1);
+    ASSERT_TRUE(run(m.w, x.data(), 1, wide.data(), 0, 23));
+    SetBf16GemvWideRowsForTesting(-1);
+    for (int r = 0; r < 23; ++r) {
+      EXPECT_EQ(narrow[r], wide[r]) << "row " << r << (avx512 ? " avx512" : " avx2");
+      EXPECT_NEAR(wide[r], ref[r], 1e-4f * (1.0f + std::fabs(ref[r]))) << "row " << r;
+    }
+  }
+}
+
 TEST(LinearTest, Fp8DecodeInOrderOnIntel) {
   std::mt19937 rng(41);
   const Weight m = Make({WeightFormat::kFp8Block, 21, 8320}, rng);
