@@ -667,7 +667,7 @@ int ReadMode(int64_t total) {
 // four patterns, best of them), and each turn's ratio is to the mean of its two reads.
 int TurnsMode(int64_t total, const std::string& only) {
   m2::ThreadPool& pool = m2::ThreadPool::Global();
-  const bool bf16_decode = m2::Bf16PrefillBeatsFp32();  // auto: FP8 decode steps on the bf16 kernel (AMD, VBMI)
+  const bool bf16_decode = m2::Bf16PrefillBeatsFp32(m2::WeightFormat::kFp8Block);  // auto: FP8 decode steps on the bf16 kernel (AMD, VBMI)
   const bool int8 = m2::Int8GemmFor(m2::WeightFormat::kQ4) != m2::Int8GemmKernel::kNone;
   struct Case {
     m2::WeightFormat f;

@@ -54,9 +54,9 @@ Environment:
   ROUNDS          benchmark rounds                (default 3)
   THREADS         threads for both engines        (default 2)
   KEEP_BF16       1: keep the 10 GB bf16 GGUF after quantizing (default: delete it)
-  M2_FAST         1: also time m2 with its fast activations, --activations bf16 on FP8 and
-                  int8+bf16 on q8 / q4 (needs AVX-512 BF16); 0: exact only (default: 1 where
-                  the CPU has AVX-512 BF16)
+  M2_FAST         1: also time m2 with its fast activations, --activations bf16 on FP8 and q8
+                  (what auto gives them on AMD) and int8+bf16 on q4 (needs AVX-512 BF16); 0:
+                  exact only (default: 1 where the CPU has AVX-512 BF16)
   LLAMA_LOAD_MODE llama-bench's -lm: none (default: weights read into memory, as m2 does by
                   default) or auto (llama.cpp's default: mapped); ignored by a llama-bench
                   without -lm
@@ -351,7 +351,8 @@ for m2_label, m2_name, m2_path, ll_label, ll_name in pairs:
     # The same m2 model with its fast activations, against the same llama.cpp runs.
     variants = []
     if f"m2-{m2_name}-fast" in names:
-        variants.append(("-fast", "bf16" if m2_name == "fp8" else "int8+bf16"))
+        variants.append(("-fast", load(f"{results}/m2-{m2_name}-fast-{rounds[0]}.json").get(
+            "activations", "int8+bf16" if m2_name == "q4" else "bf16")))
     if f"m2-{m2_name}-int8" in names:  # the activations each run used, as its JSON records them
         variants.append(("-int8", load(f"{results}/m2-{m2_name}-int8-{rounds[0]}.json").get("activations", "int8+int8")))
     for suffix, acts in variants:
@@ -669,7 +670,7 @@ runs=(
 [ "$pairs" = q4 ] && runs=("${runs[@]:4:3}")
 if [ "$fast" = 1 ]; then
   [[ $pairs =~ ^(all|fp8)$ ]] && runs+=("m2 fp8-fast $slice bf16")
-  [[ $pairs =~ ^(all|q8)$ ]] && runs+=("m2 q8-fast $cache/m2-q8-lmq8 int8+bf16")
+  [[ $pairs =~ ^(all|q8)$ ]] && runs+=("m2 q8-fast $cache/m2-q8-lmq8 bf16")  # what auto gives q8 on AMD
   [[ $pairs =~ ^(all|q4)$ ]] && runs+=("m2 q4-fast $cache/m2-q4-lmq8 int8+bf16")
 fi
 if [ "$int8" = 1 ]; then

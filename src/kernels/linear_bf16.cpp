@@ -37,7 +37,20 @@ bool AmxBf16Available() {
   return ok && amx_on.load(std::memory_order_relaxed);
 }
 
-bool Bf16PrefillBeatsFp32() { return AmxBf16Available() || (Bf16GemmAvailable() && !Cpu().intel); }
+bool Bf16PrefillBeatsFp32(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kBF16:
+    case WeightFormat::kFp8Block:
+      return AmxBf16Available() || (Bf16GemmAvailable() && !Cpu().intel);
+    case WeightFormat::kQ8:
+    case WeightFormat::kQ4:
+      return Bf16GemmAvailable() && !Cpu().intel;
+    case WeightFormat::kF32:
+    case WeightFormat::kF16:
+      return false;
+  }
+  return false;
+}
 
 bool UsesBf16Gemv(const LinearWeight& w, int64_t n) {
   if (w.activations != ActivationMode::kBf16Prefill || n < 1 || n > kMaxGemvTokens) return false;

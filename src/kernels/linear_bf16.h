@@ -24,12 +24,14 @@ namespace m2 {
 // Whether this CPU and the active kernel family can run the bf16 path: AVX-512 BF16 and
 // M2_KERNELS unset or avx512.
 bool Bf16GemmAvailable();
-// Whether the bf16 prefill GEMM of bf16 and FP8 weights beats the fp32 one on this CPU,
-// so that --activations auto takes it: on the tile unit (AMX; Sapphire Rapids VM, M2 slice
-// prefill 512: 126 -> 350 tokens/s), and with vdpbf16ps on AMD (Zen 4 / Zen 5, where it does
-// twice the FMA's multiply-adds: 1.5-1.9x); not on Intel's vector units alone, where it
-// runs at the FMA's rate (the same VM with M2_AMX=0: 100 against 126 tokens/s).
-bool Bf16PrefillBeatsFp32();
+// Whether the bf16 prefill GEMM of weights in format f beats the fp32 one on this CPU, so
+// that --activations auto takes it: bf16 and FP8 weights on the tile unit (AMX; Sapphire
+// Rapids VM, M2 slice prefill 512: 126 -> 350 tokens/s), and bf16, FP8, q8 and q4 weights
+// with vdpbf16ps on AMD (Zen 4 / Zen 5, where it does twice the FMA's multiply-adds: FP8
+// 1.5-1.9x, q8 1.7x); not on Intel's vector units alone, where it runs at the FMA's rate
+// (the same VM with M2_AMX=0: 100 against 126 tokens/s), which is all q8 and q4 get there
+// (the tile unit takes bf16 and FP8 panels only).
+bool Bf16PrefillBeatsFp32(WeightFormat f);
 // Whether Linear() takes the bf16 decode kernel (GemvRowsBf16Avx512 below) for this weight
 // and token count: a weight with bf16 activations (kBf16Prefill, which despite its name also
 // covers decode steps of FP8 weights), FP8 that the kernel takes, 1..kMaxGemvTokens tokens,

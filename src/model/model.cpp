@@ -34,16 +34,19 @@ namespace {
 //
 // kAuto (the default of generate, chat, serve and bench): q4 weights get int8 activations in
 // decode steps and in prefill (the int8 GEMM) where this CPU runs them (the avx2 or avx512
-// kernels), every other weight stays exact. llama.cpp multiplies 4-bit weights with 8-bit
-// activations by default too; what it costs is small next to the 4-bit weights' own cost
-// (README, "int8 activations": a tenth to a fiftieth of it), and on an AVX2 machine it is
-// the difference between 0.55x and 1.1x llama.cpp's Q4_0 decode. q8 stays exact (there the
-// activations would be most of a small cost); so does FP8, whose int8 prefill (int8+int8,
-// kInt8Prefill) requantizes the weights too (KL 28x that of bf16 activations on the hidden-3072
-// random model), and bf16 has no int8 path. FP8 and bf16
-// weights get bf16 prefill (activations rounded to bf16, 2^-9 at most; weights exact) where
-// that GEMM beats the fp32 one (Bf16PrefillBeatsFp32: the tile unit, or AMD's vdpbf16ps),
-// for the same reason, and on AMD FP8 decode steps too (the bf16 decode kernel, AVX-512 VBMI).
+// kernels). llama.cpp multiplies 4-bit weights with 8-bit activations by default too; what it
+// costs is small next to the 4-bit weights' own cost (README, "int8 activations": a tenth to
+// a fiftieth of it), and on an AVX2 machine it is the difference between 0.55x and 1.1x
+// llama.cpp's Q4_0 decode. bf16, FP8 and q8 weights get bf16 prefill (activations rounded to
+// bf16, 2^-9 at most; the weights exact) where that GEMM beats the fp32 one for their format
+// (Bf16PrefillBeatsFp32: the tile unit for bf16 and FP8, AMD's vdpbf16ps for all three),
+// and on AMD FP8 decode steps too (the bf16 decode kernel, AVX-512 VBMI); q8 decode steps
+// stay exact. bf16 activations cost about what the bf16 KV cache costs, and for q8 weights
+// less than the 8-bit weights themselves (README, "bf16 activations": KL 0.00023 on the
+// bundled model against q8's own 0.00033); int8 activations would be most of q8's cost, and
+// FP8's int8 prefill (int8+int8, kInt8Prefill) requantizes the weights too (KL 28x that of
+// bf16 activations on the hidden-3072 random model), so neither is automatic. Everything
+// else stays exact.
 Status SetActivations(ModelWeights& weights, ActivationMode mode) {
   if (mode == ActivationMode::kExact) return Status::Ok();
   const auto exact_prefill = [](LinearWeight& w) {
@@ -59,11 +62,10 @@ Status SetActivations(ModelWeights& weights, ActivationMode mode) {
   };
   if (mode == ActivationMode::kAuto) {
     const bool int8 = Int8GemmFor(WeightFormat::kQ4) != Int8GemmKernel::kNone;
-    const bool bf16 = Bf16PrefillBeatsFp32();
     ForEachLinear(weights, [&](LinearWeight& w) {
-      const bool b = w.format == WeightFormat::kBF16 || w.format == WeightFormat::kFp8Block;
+      const bool bf16 = Bf16PrefillBeatsFp32(w.format);
       w.activations = int8 && w.format == WeightFormat::kQ4 ? ActivationMode::kInt8DecodeInt8Prefill
-                      : bf16 && b                           ? ActivationMode::kBf16Prefill
+                      : bf16                                ? ActivationMode::kBf16Prefill
                                                             : ActivationMode::kExact;
     });
     exact_prefill_heads();

@@ -12,6 +12,7 @@
 
 #include "../model/golden_util.h"
 #include "kernels/linear.h"
+#include "kernels/linear_bf16.h"
 #include "kernels/linear_int8.h"
 
 namespace m2::testing {
@@ -56,15 +57,19 @@ TEST(QuantizeCliTest, QuantizedModelComputesWithItsPackedValues) {
     EXPECT_EQ((*model)->weights().layers[0].moe.gate.format, WeightFormat::kBF16);  // never quantized
     EXPECT_EQ((*model)->weights().embed.format, WeightFormat::kBF16);
     // The library's default stays exact; --activations auto (the CLI's default) gives q4
-    // weights int8 decode and prefill where this CPU runs the int8 kernels and leaves every
-    // other weight exact: q8 ones, the router, the q8 lm_head.
+    // weights int8 decode and prefill where this CPU runs the int8 kernels, q8 weights bf16
+    // prefill where that beats the fp32 GEMM (AMD's AVX-512 BF16) and exact decode, and
+    // leaves the router and the q8 lm_head exact.
     EXPECT_EQ((*model)->weights().layers[0].attn.q.activations, ActivationMode::kExact);
     {
       auto automatic = Model::Load(out.string(), {.progress = false, .activations = ActivationMode::kAuto});
       ASSERT_TRUE(automatic.ok()) << automatic.status().message();
       const ModelWeights& aw = (*automatic)->weights();
       const bool int8 = type == "q4" && Int8GemmFor(WeightFormat::kQ4) != Int8GemmKernel::kNone;
-      const ActivationMode want_mode = int8 ? ActivationMode::kInt8DecodeInt8Prefill : ActivationMode::kExact;
+      const bool bf16 = type == "q8" && Bf16PrefillBeatsFp32(WeightFormat::kQ8);
+      const ActivationMode want_mode = int8   ? ActivationMode::kInt8DecodeInt8Prefill
+                                       : bf16 ? ActivationMode::kBf16Prefill
+                                              : ActivationMode::kExact;
       EXPECT_EQ(aw.layers[0].attn.q.activations, want_mode) << type;
       EXPECT_EQ(aw.layers[2].moe.experts[5].w2.activations, want_mode) << type;
       EXPECT_EQ(aw.lm_head.activations, ActivationMode::kExact) << type;

@@ -585,7 +585,7 @@ TEST_F(RuntimeCli, Int8PrefillActivationsAgainstTheExactPath) {
   EXPECT_EQ(nlohmann::json::parse(automatic.out)["reference"]["mean_kl"].get<double>(), kl);
   automatic = M2("perplexity -m models/m2-tiny --activations auto --reference models/m2-tiny" + args);
   ASSERT_EQ(automatic.code, 0) << automatic.err;
-  if (Bf16PrefillBeatsFp32()) {
+  if (Bf16PrefillBeatsFp32(WeightFormat::kBF16)) {
     auto bf16 = M2("perplexity -m models/m2-tiny --activations bf16 --reference models/m2-tiny" + args);
     ASSERT_EQ(bf16.code, 0) << bf16.err;
     const double kl_bf16 = nlohmann::json::parse(bf16.out)["reference"]["mean_kl"].get<double>();
