@@ -38,13 +38,14 @@ bool AmxBf16Available() {
 }
 
 bool Bf16PrefillBeatsFp32(WeightFormat f) {
+  const bool vector = Bf16GemmAvailable() && !Cpu().intel;  // AMD's vdpbf16ps: every format the GEMM takes
   switch (f) {
     case WeightFormat::kBF16:
     case WeightFormat::kFp8Block:
-      return AmxBf16Available() || (Bf16GemmAvailable() && !Cpu().intel);
+      return vector || AmxBf16Available();
     case WeightFormat::kQ8:
     case WeightFormat::kQ4:
-      return Bf16GemmAvailable() && !Cpu().intel;
+      return vector;
     case WeightFormat::kF32:
     case WeightFormat::kF16:
       return false;
