@@ -349,7 +349,7 @@ int SmallMode() {
                   static_cast<long long>(c), static_cast<long long>(n), flops / 1e9, 100.0 * flops / peak, best / one);
     }
   }
-  // q8 / q4 at M2's hidden size, a few rows (L2-resident), exact and int8 activations,
+  // q8 / q4 at M2's hidden size, a few rows (L2-resident), exact, int8 and (q8) int16 activations,
   // through Linear() on a one-thread pool (int8 includes quantizing the activations): the
   // kernels' own speed, which decode needs above the memory's per core.
   std::printf("%-6s %-5s %6s %6s %6s %10s %10s\n", "format", "acts", "rows", "cols", "tokens", "GB/s", "GFLOP/s");
@@ -361,8 +361,9 @@ int SmallMode() {
     for (int64_t n : {1, 2, 4, 8}) {
       std::vector<float> xs(static_cast<size_t>(n * c)), ys(static_cast<size_t>(n * r));
       for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.01f * static_cast<float>(i));
-      for (bool int8 : {false, true}) {
-        w.activations = int8 ? m2::ActivationMode::kInt8 : m2::ActivationMode::kExact;
+      for (int mode = 0; mode < 3; ++mode) {
+        if (mode == 2 && f != m2::WeightFormat::kQ8) continue;  // int16: q8 only
+        w.activations = mode == 1 ? m2::ActivationMode::kInt8 : mode == 2 ? m2::ActivationMode::kInt16 : m2::ActivationMode::kExact;
         const int64_t iters = std::max<int64_t>(4, static_cast<int64_t>(1e8 / (2.0 * r * c * n)));
         double best = 1e30;
         for (int rep = 0; rep < 40; ++rep) {  // short repetitions, the best: this VM loses whole time slices
@@ -370,7 +371,7 @@ int SmallMode() {
           for (int64_t i = 0; i < iters; ++i) m2::LinearOnPool(w, xs.data(), n, ys.data(), one);
           best = std::min(best, Seconds(t0) / static_cast<double>(iters));
         }
-        std::printf("%-6s %-5s %6lld %6lld %6lld %10.2f %10.1f\n", m2::WeightFormatName(f), int8 ? "int8" : "fp32",
+        std::printf("%-6s %-5s %6lld %6lld %6lld %10.2f %10.1f\n", m2::WeightFormatName(f), mode == 1 ? "int8" : mode == 2 ? "int16" : "fp32",
                     static_cast<long long>(r), static_cast<long long>(c), static_cast<long long>(n),
                     static_cast<double>(w.bytes()) / best / 1e9, 2.0 * static_cast<double>(r * c * n) / best / 1e9);
       }
@@ -679,6 +680,7 @@ int TurnsMode(int64_t total, const std::string& only) {
       {m2::WeightFormat::kBF16, 8192, 3072, m2::ActivationMode::kExact, "bf16 (the lm_head's kernel)"},
       {m2::WeightFormat::kFp8Block, 1536, 3072, m2::ActivationMode::kExact, "fp8-block, exact"},
       {m2::WeightFormat::kQ8, 1536, 3072, m2::ActivationMode::kExact, "q8, exact"},
+      {m2::WeightFormat::kQ8, 1536, 3072, m2::ActivationMode::kInt16Decode, "q8, int16 decode"},
       {m2::WeightFormat::kQ8, 1536, 3072, m2::ActivationMode::kInt8Decode, "q8, int8 decode"},
       {m2::WeightFormat::kQ8, 8192, 3072, m2::ActivationMode::kExact, "q8 8192 x 3072 (a q8 lm_head), exact"},
       {m2::WeightFormat::kQ4, 1536, 3072, int8 ? m2::ActivationMode::kInt8DecodeInt8Prefill : m2::ActivationMode::kExact,

@@ -36,17 +36,21 @@ struct EngineFlags {
 // one thread per available core).
 void AddThreadsFlag(CLI::App* cmd, int& threads);
 
-// --activations auto|exact|int8|bf16|int8+bf16|int8+int8 (or another flag name) into `value`: how q8 / q4 weights
-// (int8: kernels/linear_int8.h) or bf16 / FP8 weights (bf16: kernels/linear_bf16.h) meet
+// --activations auto|exact|int8|int16|bf16|int8+bf16|int16+bf16|int8+int8 (or another flag name) into `value`: how
+// q8 / q4 weights (int8: kernels/linear_int8.h; int16, q8 only: linear_int16.h) or bf16 / FP8 weights (bf16:
+// kernels/linear_bf16.h) meet
 // their activations. Every command that runs the model has it.
 void AddActivationsFlag(CLI::App* cmd, std::string& value, const std::string& name = "--activations");
 // The mode for --activations: int8 means int8 in decode steps (ActivationMode::kInt8Decode),
 // or in every product when `everywhere` (m2 perplexity: its KL then covers every token);
-// bf16, int8+bf16 and int8+int8 are the same either way (a perplexity pass is all prefill).
+// int16 likewise; bf16, int8+bf16, int16+bf16 and int8+int8 are the same either way (a
+// perplexity pass is all prefill).
 inline ActivationMode ActivationsOf(const std::string& value, bool everywhere = false) {
   if (value == "bf16") return ActivationMode::kBf16Prefill;
   if (value == "int8+bf16") return ActivationMode::kInt8DecodeBf16Prefill;
   if (value == "int8+int8") return ActivationMode::kInt8DecodeInt8Prefill;
+  if (value == "int16+bf16") return ActivationMode::kInt16DecodeBf16Prefill;
+  if (value == "int16") return everywhere ? ActivationMode::kInt16 : ActivationMode::kInt16Decode;
   if (value == "auto") return ActivationMode::kAuto;
   return value != "int8" ? ActivationMode::kExact : everywhere ? ActivationMode::kInt8 : ActivationMode::kInt8Decode;
 }

@@ -12,6 +12,7 @@
 #include "kernels/dot.h"
 #include "kernels/linear_bf16.h"
 #include "kernels/linear_int8.h"
+#include "kernels/linear_int16.h"
 
 namespace m2 {
 
@@ -163,6 +164,23 @@ void LinearInt8On(const LinearWeight& w, const float* x, int64_t n, float* y, Th
   else QuantizeActivationsInt8(x, n, w.cols, q.data(), dc.data(), dc.data() + n * G);
   const Int8Activations a{.q = q.data(), .d = dc.data(), .c = dc.data() + n * G, .n = n, .cols = w.cols};
   const Int8RowsFn kernel = Int8RowsKernelFor(isa, Cpu(), w.format, n);
+  const auto body = [&, a](int64_t r0, int64_t r1, int) { kernel(w, a, y, r0, r1); };
+  if (pool != nullptr) pool->ParallelFor(w.rows, 16, body);
+  else body(0, w.rows, 0);
+}
+
+// The int16-activation path (linear_int16.h): as the int8 one above, x quantized once by
+// this thread, then the rows spread over the pool.
+void LinearInt16On(const LinearWeight& w, const float* x, int64_t n, float* y, ThreadPool* pool, KernelIsa isa) {
+  const int64_t G = w.cols / kQuantGroup;
+  thread_local std::vector<int16_t> q;
+  thread_local std::vector<float> d;
+  if (q.size() < static_cast<size_t>(n * w.cols)) q.resize(static_cast<size_t>(n * w.cols));
+  if (d.size() < static_cast<size_t>(n * G)) d.resize(static_cast<size_t>(n * G));
+  if (isa != KernelIsa::kPortable) QuantizeActivationsInt16Avx2(x, n, w.cols, q.data(), d.data());
+  else QuantizeActivationsInt16(x, n, w.cols, q.data(), d.data());
+  const Int16Activations a{.q = q.data(), .d = d.data(), .n = n, .cols = w.cols};
+  const Int16RowsFn kernel = Int16RowsKernel(isa, Cpu());
   const auto body = [&, a](int64_t r0, int64_t r1, int) { kernel(w, a, y, r0, r1); };
   if (pool != nullptr) pool->ParallelFor(w.rows, 16, body);
   else body(0, w.rows, 0);
@@ -322,6 +340,12 @@ void LinearOn(const LinearWeight& w, const float* x, int64_t n, float* y, Thread
     M2_CHECK(w.format == WeightFormat::kQ8 || w.format == WeightFormat::kQ4,
              "int8 activations are for q8 / q4 weights, not {}", WeightFormatName(w.format));
     return LinearInt8On(w, x, n, y, par ? pool_or_null : nullptr, ActiveIsa());
+  }
+  const bool int16_decode = w.activations == ActivationMode::kInt16Decode ||
+                            w.activations == ActivationMode::kInt16DecodeBf16Prefill;
+  if (n > 0 && (w.activations == ActivationMode::kInt16 || (int16_decode && n <= kMaxGemvTokens))) {
+    M2_CHECK(w.format == WeightFormat::kQ8, "int16 activations are for q8 weights, not {}", WeightFormatName(w.format));
+    return LinearInt16On(w, x, n, y, par ? pool_or_null : nullptr, ActiveIsa());
   }
   if (n > 0 && UsesBf16Gemv(w, n)) return LinearBf16GemvOn(w, x, n, y, par ? pool_or_null : nullptr);
   LinearExactOn(w, x, n, y, pool_or_null);

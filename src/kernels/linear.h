@@ -38,6 +38,10 @@ inline constexpr int64_t kMaxGemvTokens = 8;
 // kernels): exact decode steps, and prefill on that int8 GEMM with each 32-column group of
 // a row requantized to int8 (one fp32 scale, the activations' rule) as the GEMM unpacks it:
 // what `--activations int8+int8` gives FP8 weights (no int8 decode kernel reads FP8).
+// kInt16Decode (kQ8; linear_int16.h): int16 activations (per 32 columns) for products of
+// up to kMaxGemvTokens tokens, exact prefill; kInt16DecodeBf16Prefill: the same with bf16
+// prefill; kInt16: int16 for every token count (m2 perplexity, so that its KL covers
+// every token).
 // kAuto is a load-time choice only (LoadOptions::activations, `--activations auto`): the
 // model resolves it weight by weight (model.cpp: int8 for q4 weights, exact otherwise); no
 // weight carries it, and Linear() refuses one that does.
@@ -49,6 +53,9 @@ enum class ActivationMode : uint8_t {
   kInt8DecodeBf16Prefill,
   kInt8DecodeInt8Prefill,
   kInt8Prefill,
+  kInt16Decode,
+  kInt16DecodeBf16Prefill,
+  kInt16,
   kAuto
 };
 

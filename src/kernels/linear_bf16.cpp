@@ -63,7 +63,8 @@ bool UsesBf16Gemv(const LinearWeight& w, int64_t n) {
 }
 
 bool UsesBf16Gemm(const LinearWeight& w, int64_t n) {
-  if (w.activations != ActivationMode::kBf16Prefill && w.activations != ActivationMode::kInt8DecodeBf16Prefill)
+  if (w.activations != ActivationMode::kBf16Prefill && w.activations != ActivationMode::kInt8DecodeBf16Prefill &&
+      w.activations != ActivationMode::kInt16DecodeBf16Prefill)
     return false;
   if (n <= kMaxGemvTokens || w.cols % 2 != 0) return false;
   if (w.format == WeightFormat::kBF16 || w.format == WeightFormat::kQ8 || w.format == WeightFormat::kQ4) return true;

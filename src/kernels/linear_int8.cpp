@@ -11,18 +11,25 @@
 
 namespace m2 {
 
+bool GroupAbsMax(const float* xg, float* amax) {
+  float m = 0.0f;
+  bool finite = true;
+  for (int i = 0; i < kQuantGroup; ++i) {
+    finite = finite && std::isfinite(xg[i]);
+    m = std::max(m, std::fabs(xg[i]));
+  }
+  *amax = m;
+  return finite;
+}
+
 void QuantizeActivationsInt8(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, float* c) {
   const int64_t groups = cols / kQuantGroup;
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t g = 0; g < groups; ++g) {
       const float* xg = x + t * cols + g * kQuantGroup;
       int8_t* qg = q + t * cols + g * kQuantGroup;
-      float amax = 0.0f;
-      bool finite = true;
-      for (int i = 0; i < kQuantGroup; ++i) {
-        finite = finite && std::isfinite(xg[i]);
-        amax = std::max(amax, std::fabs(xg[i]));
-      }
+      float amax;
+      const bool finite = GroupAbsMax(xg, &amax);
       const int64_t k = t * groups + g;
       if (!finite) {
         for (int i = 0; i < kQuantGroup; ++i) qg[i] = 0;

@@ -35,6 +35,9 @@ struct Int8Activations {
   int64_t groups() const { return cols / kQuantGroup; }
 };
 
+// max|x| over a group of 32 values into *amax; false if one of them is a NaN or an
+// infinity (the int8 and int16 quantizers' shared first step).
+bool GroupAbsMax(const float* xg, float* amax);
 // Quantizes x [n][cols] (cols % 32 == 0) into q, d, c (sized as above).
 void QuantizeActivationsInt8(const float* x, int64_t n, int64_t cols, int8_t* q, float* d, float* c);
 // The same with AVX2 (identical results; needs AVX2).

@@ -19,6 +19,7 @@
 #include "kernels/linear.h"
 #include "kernels/linear_bf16.h"
 #include "kernels/linear_int8.h"
+#include "kernels/linear_int16.h"
 #include "kernels/ops.h"
 
 namespace m2 {
@@ -40,8 +41,12 @@ namespace {
 // llama.cpp's Q4_0 decode. bf16, FP8 and q8 weights get bf16 prefill (activations rounded to
 // bf16, 2^-9 at most; the weights exact) where that GEMM beats the fp32 one for their format
 // (Bf16PrefillBeatsFp32: the tile unit for bf16 and FP8, AMD's vdpbf16ps for all three),
-// and on AMD FP8 decode steps too (the bf16 decode kernel, AVX-512 VBMI); q8 decode steps
-// stay exact. bf16 activations cost about what the bf16 KV cache costs, and for q8 weights
+// and on AMD FP8 decode steps too (the bf16 decode kernel, AVX-512 VBMI). q8 decode steps
+// (and those of a q8 lm_head) get int16 activations where this CPU runs those kernels
+// (linear_int16.h): each value within 2^-16 of its group's largest, KL 1.7e-6 on the
+// bundled model as q8 (README, "int16 activations"; bf16 prefill's is 140 times that), and
+// batched decode 1.2-1.35x faster (4-8 streams, where the exact kernel's fp32 widening
+// makes decode compute-bound). bf16 activations cost about what the bf16 KV cache costs, and for q8 weights
 // less than the 8-bit weights themselves (README, "bf16 activations": KL 0.00023 on the
 // bundled model against q8's own 0.00033); int8 activations would be most of q8's cost, and
 // FP8's int8 prefill (int8+int8, kInt8Prefill) requantizes the weights too (KL 28x that of
@@ -54,6 +59,7 @@ Status SetActivations(ModelWeights& weights, ActivationMode mode) {
       w.activations = ActivationMode::kExact;
     if (w.activations == ActivationMode::kInt8DecodeBf16Prefill || w.activations == ActivationMode::kInt8DecodeInt8Prefill)
       w.activations = ActivationMode::kInt8Decode;
+    if (w.activations == ActivationMode::kInt16DecodeBf16Prefill) w.activations = ActivationMode::kInt16Decode;
   };
   const auto exact_prefill_heads = [&] {
     exact_prefill(weights.lm_head);
@@ -62,40 +68,49 @@ Status SetActivations(ModelWeights& weights, ActivationMode mode) {
   };
   if (mode == ActivationMode::kAuto) {
     const bool int8 = Int8GemmFor(WeightFormat::kQ4) != Int8GemmKernel::kNone;
+    const bool int16 = Int16KernelsAvailable();
     ForEachLinear(weights, [&](LinearWeight& w) {
       const bool bf16 = Bf16PrefillBeatsFp32(w.format);
-      w.activations = int8 && w.format == WeightFormat::kQ4 ? ActivationMode::kInt8DecodeInt8Prefill
-                      : bf16                                ? ActivationMode::kBf16Prefill
-                                                            : ActivationMode::kExact;
+      if (int8 && w.format == WeightFormat::kQ4) w.activations = ActivationMode::kInt8DecodeInt8Prefill;
+      else if (int16 && w.format == WeightFormat::kQ8)
+        w.activations = bf16 ? ActivationMode::kInt16DecodeBf16Prefill : ActivationMode::kInt16Decode;
+      else w.activations = bf16 ? ActivationMode::kBf16Prefill : ActivationMode::kExact;
     });
     exact_prefill_heads();
     return Status::Ok();
   }
-  const bool bf16 = mode == ActivationMode::kBf16Prefill || mode == ActivationMode::kInt8DecodeBf16Prefill;
+  const bool bf16 = mode == ActivationMode::kBf16Prefill || mode == ActivationMode::kInt8DecodeBf16Prefill ||
+                    mode == ActivationMode::kInt16DecodeBf16Prefill;
   const bool int8_prefill = mode == ActivationMode::kInt8DecodeInt8Prefill;
-  const bool int8 = mode != ActivationMode::kBf16Prefill;
-  const char* flag = int8_prefill ? "int8+int8" : bf16 ? (int8 ? "int8+bf16" : "bf16") : "int8";
+  const bool int16 = mode == ActivationMode::kInt16Decode || mode == ActivationMode::kInt16DecodeBf16Prefill ||
+                     mode == ActivationMode::kInt16;
+  const bool quant = mode != ActivationMode::kBf16Prefill;  // int8 or int16 activations for some weights
+  const char* flag = int8_prefill ? "int8+int8"
+                     : int16      ? (bf16 ? "int16+bf16" : "int16")
+                     : bf16       ? (quant ? "int8+bf16" : "bf16")
+                                  : "int8";
   if (bf16 && !Bf16GemmAvailable())
     return Error("--activations {} needs a CPU with AVX-512 BF16 (vdpbf16ps) and the avx512 kernels; this one has {} "
                  "and runs the {} kernels",
                  flag, Cpu().Describe(), IsaName(ActiveIsa()));
   int64_t quantized = 0, taken = 0;
   ForEachLinear(weights, [&](LinearWeight& w) {
-    const bool q = w.format == WeightFormat::kQ8 || w.format == WeightFormat::kQ4;
+    // int16 is for q8 weights only (linear_int16.h); q4 ones then get what bf16 gives them.
+    const bool q = w.format == WeightFormat::kQ8 || (w.format == WeightFormat::kQ4 && !int16);
     // int8+int8 prefills FP8 weights on the int8 GEMM too (their decode steps stay exact).
     const bool fp8_int8 = int8_prefill && Fp8FitsInt8Groups(w);
     ActivationMode m = ActivationMode::kExact;
     if (q) m = mode;
     else if (fp8_int8) m = ActivationMode::kInt8Prefill;
-    else if (bf16 && (w.format == WeightFormat::kBF16 || w.format == WeightFormat::kFp8Block))
+    else if (bf16 && (w.format == WeightFormat::kBF16 || w.format == WeightFormat::kFp8Block || w.format == WeightFormat::kQ4))
       m = ActivationMode::kBf16Prefill;
     quantized += q || fp8_int8 ? 1 : 0;
     taken += m != ActivationMode::kExact ? 1 : 0;
     w.activations = m;
   });
-  if (int8 && quantized == 0)
-    return Error("--activations {} needs q8 or q4 weights (m2 quantize){}; this checkpoint has none", flag,
-                 int8_prefill ? " or FP8 ones" : "");
+  if (quant && quantized == 0)
+    return Error("--activations {} needs {} weights (m2 quantize){}; this checkpoint has none", flag,
+                 int16 ? "q8" : "q8 or q4", int8_prefill ? " or FP8 ones" : "");
   if (taken == 0) return Error("--activations bf16 needs bf16, FP8, q8 or q4 weights; this checkpoint has none");
   exact_prefill_heads();
   // Every weight left with int8 prefill needs a GEMM for its format on this CPU: q8 and q4

@@ -91,7 +91,10 @@ struct LoadOptions {
   // q8 / q4 weights in prefill too, on the int8 GEMM, and int8 prefill for FP8 weights
   // (requantized per 32 columns there; exact decode steps: kInt8Prefill); an error on the
   // portable kernels or a model with none of these formats.
-  // kAuto: int8 decode and prefill for q4 weights where the CPU runs the int8 kernels,
+  // kInt16Decode (q8 weights; kInt16DecodeBf16Prefill with bf16 prefill, kInt16 for every
+  // token): int16 activations per 32 values in decode steps (kernels/linear_int16.h).
+  // kAuto: int8 decode and prefill for q4 weights where the CPU runs the int8 kernels, int16
+  // decode steps for q8 weights, bf16 prefill where it beats fp32 (AMD's AVX-512 BF16, AMX),
   // exact for everything else (the CLI's default; model.cpp says why). The default here
   // stays kExact: a program that embeds the model chooses.
   ActivationMode activations = ActivationMode::kExact;

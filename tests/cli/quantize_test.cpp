@@ -14,6 +14,7 @@
 #include "kernels/linear.h"
 #include "kernels/linear_bf16.h"
 #include "kernels/linear_int8.h"
+#include "kernels/linear_int16.h"
 
 namespace m2::testing {
 namespace {
@@ -57,22 +58,25 @@ TEST(QuantizeCliTest, QuantizedModelComputesWithItsPackedValues) {
     EXPECT_EQ((*model)->weights().layers[0].moe.gate.format, WeightFormat::kBF16);  // never quantized
     EXPECT_EQ((*model)->weights().embed.format, WeightFormat::kBF16);
     // The library's default stays exact; --activations auto (the CLI's default) gives q4
-    // weights int8 decode and prefill where this CPU runs the int8 kernels, q8 weights bf16
-    // prefill where that beats the fp32 GEMM (AMD's AVX-512 BF16) and exact decode, and
-    // leaves the router and the q8 lm_head exact.
+    // weights int8 decode and prefill where this CPU runs the int8 kernels, q8 weights int16
+    // decode steps where it runs the int16 kernels (the avx2 / avx512 families) and bf16
+    // prefill where that beats the fp32 GEMM (AMD's AVX-512 BF16); the router stays exact,
+    // the q8 lm_head's prefill too (its decode steps as the other q8 weights').
     EXPECT_EQ((*model)->weights().layers[0].attn.q.activations, ActivationMode::kExact);
     {
       auto automatic = Model::Load(out.string(), {.progress = false, .activations = ActivationMode::kAuto});
       ASSERT_TRUE(automatic.ok()) << automatic.status().message();
       const ModelWeights& aw = (*automatic)->weights();
       const bool int8 = type == "q4" && Int8GemmFor(WeightFormat::kQ4) != Int8GemmKernel::kNone;
+      const bool int16 = Int16KernelsAvailable();
       const bool bf16 = type == "q8" && Bf16PrefillBeatsFp32(WeightFormat::kQ8);
-      const ActivationMode want_mode = int8   ? ActivationMode::kInt8DecodeInt8Prefill
-                                       : bf16 ? ActivationMode::kBf16Prefill
-                                              : ActivationMode::kExact;
+      ActivationMode want_mode = int8 ? ActivationMode::kInt8DecodeInt8Prefill
+                                 : bf16 ? ActivationMode::kBf16Prefill
+                                        : ActivationMode::kExact;
+      if (type == "q8" && int16) want_mode = bf16 ? ActivationMode::kInt16DecodeBf16Prefill : ActivationMode::kInt16Decode;
       EXPECT_EQ(aw.layers[0].attn.q.activations, want_mode) << type;
       EXPECT_EQ(aw.layers[2].moe.experts[5].w2.activations, want_mode) << type;
-      EXPECT_EQ(aw.lm_head.activations, ActivationMode::kExact) << type;
+      EXPECT_EQ(aw.lm_head.activations, int16 ? ActivationMode::kInt16Decode : ActivationMode::kExact) << type;
       EXPECT_EQ(aw.layers[0].moe.gate.activations, ActivationMode::kExact) << type;
     }
 

@@ -1,0 +1,67 @@
+// The int16-activation path for q8 weights' decode steps (`--activations int16`, and what
+// `--activations auto` gives q8 weights' decode steps where these kernels run). Each token's
+// activations are quantized per group of 32 columns (the weights' own group) to int16 with
+// one fp32 scale; every group's product is then an exact integer dot product (int8 weights
+// widened to int16 by one vpmovsxbw, then vpdpwssd or vpmaddwd), scaled once by (weight
+// scale x activation scale).
+//
+// Why: the exact q8 decode kernel widens every weight to fp32 before its FMA (sign-extend,
+// convert, multiply-add: three operations per 16 or 8 weights), which on a CPU whose cores
+// read memory fast is more work than the memory takes (72-74% of the read on a Zen 4 VM in
+// its fast minutes). Here a group of 32 weights costs two widenings and two vpdpwssd
+// (AVX-512 VNNI) or two vpmaddwd and an add (AVX2), one conversion and one multiply-add.
+//
+// What it costs: a group's step is max|x| / 32767, so each activation is off by at most
+// 2^-16 of its group's largest (bf16 rounding, by comparison: 2^-9 of each value; int8:
+// 2^-8 of the group's largest). `m2 perplexity --activations int16 --reference SAME_MODEL`
+// measures it (README, "int16 activations").
+//
+// Quantization of a group x[0..32): d = max|x| / 32767, q[i] = round-to-nearest-even(x[i] *
+// (32767 / max|x|)), so q is in [-32767, 32767] (an all-zero group has d = 0 and q = 0). A
+// group holding a NaN or an infinity gets d = NaN, so its outputs are NaN.
+//
+// The kernels (portable reference, AVX2, AVX-512 VNNI) compute the same exact integer
+// group dots. The AVX2 and VNNI ones then give each other's bits (the same 8 int32 lanes
+// per group, the same fp32 operations); the reference sums each group's dot whole, in
+// group order, so it agrees with them to fp32 rounding, not to the bit.
+#pragma once
+
+#include <cstdint>
+
+#include "base/cpu.h"
+#include "kernels/linear.h"
+
+namespace m2 {
+
+// Activations of n tokens quantized for the int16 path (pointers into caller storage):
+// q [n][cols] int16, d [n][cols/32] fp32 scales.
+struct Int16Activations {
+  const int16_t* q = nullptr;
+  const float* d = nullptr;
+  int64_t n = 0, cols = 0;
+  int64_t groups() const { return cols / kQuantGroup; }
+};
+
+// Quantizes x [n][cols] (cols % 32 == 0) into q and d. Portable; the AVX2 one gives the
+// same values (the same operations per value; it needs AVX2).
+void QuantizeActivationsInt16(const float* x, int64_t n, int64_t cols, int16_t* q, float* d);
+void QuantizeActivationsInt16Avx2(const float* x, int64_t n, int64_t cols, int16_t* q, float* d);
+
+// y[t][r] for rows [r0, r1) of a q8 weight and all n tokens of `a`: the portable reference
+// (integer dot per group, then fp32 sums in group order), AVX2 (needs AVX2, FMA and F16C)
+// and AVX-512 VNNI (also AVX-512 F/BW/VL). False for a format other than q8.
+bool LinearInt16RowsReference(const LinearWeight& w, const Int16Activations& a, float* y, int64_t r0, int64_t r1);
+bool LinearInt16RowsAvx2(const LinearWeight& w, const Int16Activations& a, float* y, int64_t r0, int64_t r1);
+bool LinearInt16RowsAvx512Vnni(const LinearWeight& w, const Int16Activations& a, float* y, int64_t r0, int64_t r1);
+
+using Int16RowsFn = bool (*)(const LinearWeight&, const Int16Activations&, float*, int64_t, int64_t);
+// The kernel for a kernel family on a CPU: portable -> the reference; avx512 -> AVX-512
+// VNNI where the CPU has it, else AVX2; avx2 -> AVX2.
+Int16RowsFn Int16RowsKernel(KernelIsa isa, const CpuFeatures& cpu);
+// Its name, for benchmarks: "reference", "avx2" or "avx512vnni".
+const char* Int16RowsKernelName(Int16RowsFn fn);
+// Whether the int16 path has SIMD kernels here (the avx2 or avx512 families): what
+// `--activations auto` asks before giving q8 decode steps int16 activations.
+bool Int16KernelsAvailable();
+
+}  // namespace m2

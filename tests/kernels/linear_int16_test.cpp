@@ -1,0 +1,245 @@
+// The int16-activation path for q8 weights (kernels/linear_int16.h): the quantizer, the
+// kernels against the portable reference and each other, and Linear()'s modes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "base/cpu.h"
+#include "base/dtype.h"
+#include "kernels/linear.h"
+#include "kernels/linear_bf16.h"
+#include "kernels/linear_int16.h"
+
+namespace m2 {
+namespace {
+
+// A q8 weight with random codes (-128 included) and random positive f16 scales.
+struct Q8 {
+  LinearWeight w;
+  std::vector<int8_t> q;
+  std::vector<uint16_t> s;
+  float At(int64_t r, int64_t j) const {
+    return static_cast<float>(q[static_cast<size_t>(r * w.cols + j)]) * F16ToF32(s[static_cast<size_t>(r * (w.cols / 32) + j / 32)]);
+  }
+};
+
+Q8 MakeQ8(int64_t rows, int64_t cols, std::mt19937& rng) {
+  Q8 m;
+  m.q.resize(static_cast<size_t>(rows * cols));
+  m.s.resize(static_cast<size_t>(rows * cols / 32));
+  for (auto& v : m.q) v = static_cast<int8_t>(rng() & 0xff);
+  std::uniform_real_distribution<float> ud(0.001f, 0.02f);
+  for (auto& v : m.s) v = F32ToF16(ud(rng));
+  m.w.format = WeightFormat::kQ8;
+  m.w.rows = rows;
+  m.w.cols = cols;
+  m.w.data = m.q.data();
+  m.w.scale = m.s.data();
+  return m;
+}
+
+struct Int16Input {
+  std::vector<int16_t> q;
+  std::vector<float> d;
+  Int16Activations a;
+};
+
+Int16Input Quantize(const std::vector<float>& x, int64_t n, int64_t cols) {
+  Int16Input in;
+  in.q.resize(static_cast<size_t>(n * cols));
+  in.d.resize(static_cast<size_t>(n * cols / 32));
+  QuantizeActivationsInt16(x.data(), n, cols, in.q.data(), in.d.data());
+  in.a = {.q = in.q.data(), .d = in.d.data(), .n = n, .cols = cols};
+  return in;
+}
+
+// Each value within half a step of its group's scale, the step max|x| / 32767; an all-zero
+// group is exact; a group with a NaN or an infinity has a NaN scale. The AVX2 quantizer
+// gives the same values and scales.
+TEST(Int16ActivationsTest, QuantizedWithinHalfAStep) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t n = 3, cols = 128;
+  std::vector<float> x(n * cols);
+  for (auto& v : x) v = nd(rng);
+  x[40] = 50.0f;                                                 // an outlier sets its group's step
+  x[41] = -50.0f;                                                // and its negative
+  for (int i = 64; i < 96; ++i) x[i] = 0.0f;                     // token 0, group 2: all zero
+  x[cols + 5] = std::numeric_limits<float>::quiet_NaN();         // token 1, group 0
+  x[2 * cols + 100] = -std::numeric_limits<float>::infinity();  // token 2, group 3
+  const Int16Input in = Quantize(x, n, cols);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t g = 0; g < cols / 32; ++g) {
+      const int64_t k = t * 4 + g;
+      if ((t == 1 && g == 0) || (t == 2 && g == 3)) {
+        EXPECT_TRUE(std::isnan(in.d[k])) << t << " " << g;
+        continue;
+      }
+      float amax = 0;
+      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[t * cols + g * 32 + i]));
+      EXPECT_FLOAT_EQ(in.d[k], amax / 32767.0f);
+      for (int i = 0; i < 32; ++i) {
+        const int64_t j = t * cols + g * 32 + i;
+        ASSERT_LE(std::abs(in.q[j]), 32767);
+        ASSERT_LE(std::fabs(in.q[j] * in.d[k] - x[j]), 0.5f * in.d[k] * 1.001f + 1e-30f) << j;
+      }
+    }
+  EXPECT_EQ(in.d[2], 0.0f);
+  EXPECT_EQ(in.q[40], 32767);
+  EXPECT_EQ(in.q[41], -32767);
+  if (Cpu().has_avx2()) {
+    std::vector<int16_t> q(in.q.size(), 99);
+    std::vector<float> d(in.d.size());
+    QuantizeActivationsInt16Avx2(x.data(), n, cols, q.data(), d.data());
+    EXPECT_EQ(q, in.q);
+    for (size_t k = 0; k < d.size(); ++k)
+      EXPECT_TRUE(d[k] == in.d[k] || (std::isnan(d[k]) && std::isnan(in.d[k]))) << k;
+  }
+}
+
+// A kernel against the reference (the same integer dots; only the fp32 summation order
+// differs) and, for the VNNI build, against the AVX2 one bit for bit. Token counts across
+// the tiles of 4 and their rests, row counts that leave rests of the 4- and 2-row passes,
+// column counts whose groups are not a multiple of the 16-group scale chunk.
+void CheckKernel(Int16RowsFn kernel) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{37, 96}, {19, 544}, {6, 1056}, {3, 512}}) {
+    const Q8 m = MakeQ8(rows, cols, rng);
+    for (int64_t n : {1, 2, 3, 4, 5, 7, 9, 21}) {
+      std::vector<float> x(static_cast<size_t>(n * cols));
+      for (auto& v : x) v = nd(rng);
+      const Int16Input in = Quantize(x, n, cols);
+      std::vector<float> ref(static_cast<size_t>(n * rows)), got(ref.size(), -1.0f);
+      ASSERT_TRUE(LinearInt16RowsReference(m.w, in.a, ref.data(), 0, rows));
+      // Two row ranges: a row's result must not depend on which rows share its pass.
+      ASSERT_TRUE(kernel(m.w, in.a, got.data(), 0, rows / 2 + 1));
+      ASSERT_TRUE(kernel(m.w, in.a, got.data(), rows / 2 + 1, rows));
+      if (kernel != LinearInt16RowsAvx2) {
+        std::vector<float> avx2(ref.size());
+        ASSERT_TRUE(LinearInt16RowsAvx2(m.w, in.a, avx2.data(), 0, rows));
+        ASSERT_EQ(got, avx2) << Int16RowsKernelName(kernel) << " n=" << n;
+      }
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t r = 0; r < rows; ++r) {
+          double mag = 0;  // sum of |w x| as quantized: the scale of the rounding error
+          for (int64_t j = 0; j < cols; ++j)
+            mag += std::fabs(m.At(r, j) * in.q[t * cols + j] * in.d[t * cols / 32 + j / 32]);
+          const size_t k = static_cast<size_t>(t * rows + r);
+          ASSERT_NEAR(got[k], ref[k], 4e-6 * mag + 1e-6)
+              << Int16RowsKernelName(kernel) << " " << rows << "x" << cols << " n=" << n << " t=" << t << " r=" << r;
+        }
+    }
+  }
+}
+
+TEST(Int16ActivationsTest, Avx2MatchesTheReference) {
+  if (!Cpu().has_avx2()) GTEST_SKIP() << "this CPU has no AVX2";
+  CheckKernel(LinearInt16RowsAvx2);
+}
+
+TEST(Int16ActivationsTest, Avx512VnniMatchesAvx2AndTheReference) {
+  if (!Cpu().has_avx512() || !Cpu().avx512_vnni) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: " << Cpu().Describe();
+  CheckKernel(LinearInt16RowsAvx512Vnni);
+}
+
+TEST(Int16ActivationsTest, KernelChoiceAndFormats) {
+  CpuFeatures all;
+  all.avx2 = all.fma = all.f16c = all.avx512f = all.avx512bw = all.avx512vl = all.avx512_vnni = true;
+  EXPECT_STREQ(Int16RowsKernelName(Int16RowsKernel(KernelIsa::kAvx512, all)), "avx512vnni");
+  EXPECT_STREQ(Int16RowsKernelName(Int16RowsKernel(KernelIsa::kAvx2, all)), "avx2");
+  EXPECT_STREQ(Int16RowsKernelName(Int16RowsKernel(KernelIsa::kPortable, all)), "reference");
+  CpuFeatures older = all;  // AVX-512 without VNNI (Skylake-SP)
+  older.avx512_vnni = false;
+  EXPECT_STREQ(Int16RowsKernelName(Int16RowsKernel(KernelIsa::kAvx512, older)), "avx2");
+  // Only q8: any other format is refused, nothing written.
+  std::mt19937 rng(1);
+  Q8 m = MakeQ8(4, 64, rng);
+  m.w.format = WeightFormat::kQ4;
+  const std::vector<float> x(64, 1.0f);
+  const Int16Input in = Quantize(x, 1, 64);
+  std::vector<float> y(4, 7.0f);
+  EXPECT_FALSE(LinearInt16RowsReference(m.w, in.a, y.data(), 0, 4));
+  if (Cpu().has_avx2()) EXPECT_FALSE(LinearInt16RowsAvx2(m.w, in.a, y.data(), 0, 4));
+  EXPECT_EQ(y, std::vector<float>(4, 7.0f));
+}
+
+// Linear() with kInt16: within the bound the quantization allows of the exact product,
+// sum_j |w_j| * step_j / 2 (plus fp32 rounding), on the dispatched kernel and the pool; a
+// NaN in the input comes out as NaN.
+TEST(Int16ActivationsTest, LinearStaysWithinTheQuantizationBound) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  Q8 m = MakeQ8(300, 512, rng);
+  m.w.activations = ActivationMode::kInt16;
+  const int64_t rows = 300, cols = 512;
+  for (int64_t n : {1, 3, 8, 40}) {
+    std::vector<float> x(static_cast<size_t>(n * cols));
+    for (auto& v : x) v = nd(rng);
+    std::vector<float> y(static_cast<size_t>(n * rows));
+    Linear(m.w, x.data(), n, y.data());
+    for (int64_t t = 0; t < n; ++t) {
+      std::vector<double> step(static_cast<size_t>(cols / 32));
+      for (int64_t g = 0; g < cols / 32; ++g) {
+        float amax = 0;
+        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[t * cols + g * 32 + i]));
+        step[g] = amax / 32767.0;
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        long double exact = 0, bound = 0, mag = 0;
+        for (int64_t j = 0; j < cols; ++j) {
+          const double wj = m.At(r, j), xj = x[t * cols + j];
+          exact += wj * xj;
+          bound += std::fabs(wj) * step[j / 32] / 2;
+          mag += std::fabs(wj * xj);
+        }
+        ASSERT_NEAR(y[t * rows + r], static_cast<double>(exact), static_cast<double>(bound + 1e-5 * mag))
+            << "n=" << n << " t=" << t << " r=" << r;
+      }
+    }
+  }
+  std::vector<float> x(static_cast<size_t>(cols), 0.5f), y(static_cast<size_t>(rows));
+  x[33] = std::numeric_limits<float>::quiet_NaN();
+  Linear(m.w, x.data(), 1, y.data());
+  for (float v : y) ASSERT_TRUE(std::isnan(v));
+}
+
+// kInt16Decode: int16 up to kMaxGemvTokens tokens (bit-identical to kInt16 there: a token's
+// result does not depend on its batch), the exact fp32 kernels beyond;
+// kInt16DecodeBf16Prefill: the same decode steps, and beyond them the bf16 GEMM's result
+// (where this CPU has it).
+TEST(Int16ActivationsTest, DecodeModesAreInt16UpToTheGemvLimitOnly) {
+  std::mt19937 rng(17);
+  Q8 m = MakeQ8(64, 256, rng);
+  for (int64_t n : {int64_t{1}, int64_t{2}, kMaxGemvTokens, kMaxGemvTokens + 1, int64_t{40}}) {
+    std::vector<float> x(static_cast<size_t>(n * 256));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.3f * static_cast<float>(i));
+    std::vector<float> exact(static_cast<size_t>(n * 64)), int16(exact.size()), decode(exact.size()), one(64);
+    m.w.activations = ActivationMode::kExact;
+    Linear(m.w, x.data(), n, exact.data());
+    m.w.activations = ActivationMode::kInt16;
+    Linear(m.w, x.data(), n, int16.data());
+    Linear(m.w, x.data() + (n - 1) * 256, 1, one.data());  // the last token alone
+    EXPECT_TRUE(std::equal(one.begin(), one.end(), int16.end() - 64)) << "n=" << n;
+    m.w.activations = ActivationMode::kInt16Decode;
+    Linear(m.w, x.data(), n, decode.data());
+    EXPECT_NE(exact, int16);
+    EXPECT_EQ(decode, n <= kMaxGemvTokens ? int16 : exact) << "n=" << n;
+    if (Bf16GemmAvailable()) {
+      std::vector<float> bf16(exact.size()), both(exact.size());
+      m.w.activations = ActivationMode::kBf16Prefill;
+      Linear(m.w, x.data(), n, bf16.data());
+      m.w.activations = ActivationMode::kInt16DecodeBf16Prefill;
+      Linear(m.w, x.data(), n, both.data());
+      EXPECT_EQ(both, n <= kMaxGemvTokens ? int16 : bf16) << "n=" << n;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace m2
