@@ -518,6 +518,35 @@ TEST_F(RuntimeCli, Q8KvCacheAgainstTheExactCache) {
   EXPECT_NE(unknown.err.find("bf16, f32 or q8"), std::string::npos) << unknown.err;
 }
 
+// --activations int16 on a q8 copy (every token of m2 perplexity on the int16 kernels):
+// its KL against exact activations is positive (the path runs) and a small fraction of
+// int8 activations' on the same weights (2^-16 against 2^-8 of a group's largest); a
+// generation runs; a model without q8 weights refuses it.
+TEST_F(RuntimeCli, Int16ActivationsAgainstTheExactPath) {
+  const std::string file = ::testing::TempDir() + "/m2_rt_int16.txt";
+  WriteFile(file, "The cat sat on the mat. It was a sunny day, and the birds were singing. def add(a, b): return a + b");
+  const std::string q8 = ::testing::TempDir() + "/m2_rt_int16_q8_" + std::to_string(getpid());
+  ASSERT_EQ(M2("quantize -m models/m2-tiny -o " + q8 + " --type q8").code, 0);
+  const std::string args = " --reference " + q8 + " -f " + file + " --context 128 --json";
+  auto int16 = M2("perplexity -m " + q8 + " --activations int16" + args);
+  auto int8 = M2("perplexity -m " + q8 + " --activations int8" + args);
+  ASSERT_EQ(int16.code, 0) << int16.err;
+  ASSERT_EQ(int8.code, 0) << int8.err;
+  const auto j16 = nlohmann::json::parse(int16.out), j8 = nlohmann::json::parse(int8.out);
+  EXPECT_EQ(j16["activations"], "int16");
+  EXPECT_EQ(j16["reference"]["activations"], "exact");
+  const double kl16 = j16["reference"]["mean_kl"].get<double>(), kl8 = j8["reference"]["mean_kl"].get<double>();
+  EXPECT_GT(kl16, 0.0);
+  EXPECT_LT(kl16, 0.05 * kl8) << "int16 " << kl16 << " vs int8 " << kl8;
+  std::printf("KL: int16 activations %.3g, int8 %.3g\n", kl16, kl8);
+  auto gen = M2("generate -m " + q8 + " --activations int16 -p \"def add(a, b):\" -n 8 --temperature 0");
+  EXPECT_EQ(gen.code, 0) << gen.err;
+  auto bad = M2("generate -m models/m2-tiny --activations int16 -p hi -n 1");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("needs q8 weights"), std::string::npos) << bad.err;
+  std::filesystem::remove_all(q8);
+}
+
 // --activations int8+int8: a q4 copy of the bundled model prefills its prompts on the int8
 // GEMM (AVX-512 VNNI, AVX-VNNI or AVX2). Its KL against exact activations is positive (it
 // runs), small, and about that of int8 everywhere on the decode kernels (`perplexity
