@@ -50,6 +50,7 @@
 #include "kernels/linear.h"
 #include "kernels/linear_bf16.h"
 #include "kernels/linear_int8.h"
+#include "kernels/linear_int16.h"
 #include "kernels/probe.h"
 
 namespace {
@@ -259,8 +260,13 @@ int GemmMode(int64_t total, const std::string& only) {
   if (amx) modes.push_back({"bf16-amx", m2::ActivationMode::kBf16Prefill, true});
   const m2::Int8GemmKernel int8_q4 = m2::Int8GemmFor(m2::WeightFormat::kQ4);
   if (int8_q4 != m2::Int8GemmKernel::kNone) modes.push_back({"int8", m2::ActivationMode::kInt8DecodeInt8Prefill});
+  const int64_t int16_lanes = m2::Int16GemmLanes();  // q8 only (other formats print 0)
+  if (int16_lanes > 0) modes.push_back({"int16", m2::ActivationMode::kInt16DecodeInt16Prefill});
   std::printf("%d threads, %s kernels; fp32 FMA peak %.1f GFLOP/s", pool.size(), m2::ActiveKernelsName(),
               peak / 1e9);
+  if (int16_lanes > 0)
+    std::printf(", int16 GEMM's %s peak %.1f Gop/s", int16_lanes == 16 ? "vpdpwssd" : "vpmaddwd + vpaddd",
+                BurstPeak(pool, int16_lanes == 16 ? m2::Int16DotBurstAvx512Vnni : m2::Int16DotBurstAvx2) / 1e9);
   if (m2::Bf16GemmAvailable()) std::printf(", vdpbf16ps peak %.1f", BurstPeak(pool, m2::Bf16DotBurstAvx512) / 1e9);
   if (int8_q4 == m2::Int8GemmKernel::kAvx512Vnni)
     std::printf(", vpdpbusd peak %.1f Gop/s", BurstPeak(pool, m2::Int8DotBurstAvx512Vnni) / 1e9);
@@ -288,6 +294,7 @@ int GemmMode(int64_t total, const std::string& only) {
             const m2::ActivationMode mode =
                 int8 && f == m2::WeightFormat::kFp8Block ? m2::ActivationMode::kInt8Prefill : modes[v].second;
             if (int8 && m2::Int8GemmFor(f) == m2::Int8GemmKernel::kNone) continue;  // no int8 GEMM (printed as 0)
+            if (mode == m2::ActivationMode::kInt16DecodeInt16Prefill && f != m2::WeightFormat::kQ8) continue;
             if (amx) m2::SetAmxBf16ForTesting(modes[v].amx);
             const auto t0 = Clock::now();
             int calls = 0;

@@ -37,6 +37,7 @@
 #include "cli/commands.h"
 #include "kernels/linear_bf16.h"
 #include "kernels/linear_int8.h"
+#include "kernels/linear_int16.h"
 #include "kernels/probe.h"
 #include "model/model.h"
 #include "cli/bench_spec.h"
@@ -49,7 +50,7 @@ namespace {
 // them): of the int8 GEMM, the bf16 one on the tile unit, the vector bf16 one and the fp32
 // one, the one that multiplies the most weights (a q4 model's few bf16 weights on the tile
 // unit do not make the tile unit its ceiling).
-enum class PrefillGemm { kFp32, kBf16, kBf16Amx, kInt8 };
+enum class PrefillGemm { kFp32, kBf16, kBf16Amx, kInt8, kInt16 };
 // The weight format holding most of the parameters that take the int8 GEMM (q8 or q4; the
 // AVX2 build's ceiling differs between them; FP8 multiplies as q8 there).
 WeightFormat Int8GemmFormatOf(const ModelWeights& weights) {
@@ -62,17 +63,18 @@ WeightFormat Int8GemmFormatOf(const ModelWeights& weights) {
 }
 
 PrefillGemm PrefillGemmOf(const ModelWeights& weights) {
-  int64_t params[4] = {0, 0, 0, 0};
+  int64_t params[5] = {0, 0, 0, 0, 0};
   // ForEachLinear takes a mutable model; this only reads.
   ForEachLinear(const_cast<ModelWeights&>(weights), [&](LinearWeight& w) {
     PrefillGemm g = PrefillGemm::kFp32;
     if (UsesInt8Gemm(w, kMaxGemvTokens + 1)) g = PrefillGemm::kInt8;
+    else if (UsesInt16Gemm(w, kMaxGemvTokens + 1)) g = PrefillGemm::kInt16;
     else if (UsesBf16Gemm(w, kMaxGemvTokens + 1))
       g = AmxBf16Available() && GemmAmxSupports(w) ? PrefillGemm::kBf16Amx : PrefillGemm::kBf16;
     params[static_cast<int>(g)] += w.rows * w.cols;
   });
   int best = 0;
-  for (int g = 1; g < 4; ++g)
+  for (int g = 1; g < 5; ++g)
     if (params[g] > params[best]) best = g;
   return static_cast<PrefillGemm>(best);
 }
@@ -411,7 +413,7 @@ int Run(const BenchOptions& o) {
   // the FMA's on AMD, level with it on Intel) or, where the tile unit runs it, TDPBF16PS's;
   // with int8 prefill (int8+int8) the vpdpbusd rate, four times the FMA's.
   const PrefillGemm gemm = PrefillGemmOf(m.weights());
-  const bool int8_gemm = gemm == PrefillGemm::kInt8;
+  const bool int8_gemm = gemm == PrefillGemm::kInt8, int16_gemm = gemm == PrefillGemm::kInt16;
   const bool amx = gemm == PrefillGemm::kBf16Amx;
   const bool bf16 = amx || gemm == PrefillGemm::kBf16;
   const Int8GemmKernel int8_kernel = Int8GemmFor(WeightFormat::kQ4);  // q8's too
@@ -419,7 +421,10 @@ int Run(const BenchOptions& o) {
   const bool dot = gemm != PrefillGemm::kFp32;  // a dot-product ceiling for the prefill rows
   const auto measure_dot = [&] {
     return amx ? MeasurePeakAmxFlops(pool)
-               : bf16 ? MeasurePeakBf16Flops(pool) : int8_gemm ? MeasurePeakInt8Ops(pool, int8_kernel, int8_format) : 0.0;
+               : bf16      ? MeasurePeakBf16Flops(pool)
+               : int8_gemm ? MeasurePeakInt8Ops(pool, int8_kernel, int8_format)
+               : int16_gemm ? MeasurePeak(pool, Int16GemmLanes() == 16 ? Int16DotBurstAvx512Vnni : Int16DotBurstAvx2)
+                            : 0.0;
   };
   const double peak_dot_before = measure_dot();
   Prefault(m);
@@ -706,14 +711,14 @@ int Run(const BenchOptions& o) {
                       {"ceilings_measured", {{"before", {{"read_bandwidth_bytes_per_s", bandwidth_before}, {"peak_fp32_flops", peak_before}}},
                                              {"after", {{"read_bandwidth_bytes_per_s", bandwidth_after}, {"peak_fp32_flops", peak_after}}}}}};
   if (dot) {
-    const char* key = bf16 ? "peak_bf16_flops" : "peak_int8_ops";
+    const char* key = bf16 ? "peak_bf16_flops" : int16_gemm ? "peak_int16_ops" : "peak_int8_ops";
     j[key] = peak_dot;
     j["ceilings_measured"]["before"][key] = peak_dot_before;
     j["ceilings_measured"]["after"][key] = peak_dot_after;
   }
   if (m.ranks() > 1) j["ranks"] = rank_rows;
   j["attention"] = AttentionName(m.attention_math(), *kv_dtype);
-  j["prefill_gemm"] = amx ? "bf16 (tile unit)" : bf16 ? "bf16" : int8_gemm ? "int8" : "fp32";
+  j["prefill_gemm"] = amx ? "bf16 (tile unit)" : bf16 ? "bf16" : int8_gemm ? "int8" : int16_gemm ? "int16" : "fp32";
   j["failed"] = any_failed;
   if (o.json) {
     std::printf("%s\n", j.dump(2).c_str());
@@ -727,15 +732,19 @@ int Run(const BenchOptions& o) {
               bandwidth_before / 1e9, peak_before / 1e9, bandwidth_after / 1e9, peak_after / 1e9);
   if (dot)
     std::printf("  %s peak (%s) %.1f %s (before %.1f, after %.1f): the prefill rows' \"of peak\"\n",
-                bf16 ? "bf16 dot-product" : "int8 dot-product",
-                amx ? "TDPBF16PS, the tile unit" : bf16 ? "vdpbf16ps" : Int8PeakName(int8_kernel, int8_format), peak_dot / 1e9,
+                bf16 ? "bf16 dot-product" : int16_gemm ? "int16 dot-product" : "int8 dot-product",
+                amx          ? "TDPBF16PS, the tile unit"
+                : bf16       ? "vdpbf16ps"
+                : int16_gemm ? (Int16GemmLanes() == 16 ? "vpdpwssd" : "vpmaddwd + vpaddd")
+                             : Int8PeakName(int8_kernel, int8_format),
+                peak_dot / 1e9,
                 bf16 ? "GFLOP/s" : "Gop/s", peak_dot_before / 1e9, peak_dot_after / 1e9);
   const auto mean_sd = [](const nlohmann::json& st) {
     return fmt::format("{:.2f} +- {:.2f}", st["mean"].get<double>(), st["stddev"].get<double>());
   };
   if (!prefill_rows.empty())
     std::printf("\n%-10s %12s %12s %22s %14s %12s\n", "prefill", "best tok/s", "median", "mean +- sd (n)", "GFLOP/s (best)",
-                bf16 ? "of bf16 peak" : int8_gemm ? "of int8 peak" : "of peak");
+                bf16 ? "of bf16 peak" : int8_gemm ? "of int8 peak" : int16_gemm ? "of int16 peak" : "of peak");
   for (const auto& r : prefill_rows) {
     if (r.contains("error")) {
       std::printf("%-10lld FAILED: %s\n", (long long)r["tokens"].get<int64_t>(), r["error"].get<std::string>().c_str());

@@ -25,11 +25,11 @@ void AddActivationsFlag(CLI::App* cmd, std::string& value, const std::string& na
                   "and q4 weights on CPUs with AVX-512 BF16: prompts prefilled with activations rounded to bf16 and "
                   "vdpbf16ps, or on the tile unit (AMX) for bf16 and FP8 weights; on AMD FP8 decode steps with bf16 "
                   "activations too (AVX-512 VBMI), other decode steps exact); int8+bf16 (both: int8 decode steps and "
-                  "bf16 prefill for q8 / q4 weights, bf16 prefill for the others); int16+bf16 (int16 decode steps for q8 weights, bf16 prefill as bf16 gives it); int8+int8 (q8 and q4 weights on AVX2 or "
+                  "bf16 prefill for q8 / q4 weights, bf16 prefill for the others); int16+bf16 (int16 decode steps for q8 weights, bf16 prefill as bf16 gives it); int16+int16 (q8 weights on AVX2 or AVX-512 CPUs: int16 in decode steps and in prefill, there on an integer GEMM); int8+int8 (q8 and q4 weights on AVX2 or "
                   "AVX-512 CPUs: int8 in decode steps and in prefill, there on an integer GEMM, 1.3-4x the fp32 one "
                   "(least for q8 on AVX2 without VNNI); FP8 weights: prefill on that GEMM, each 32 weights "
                   "requantized to int8 as it reads them, decode steps exact; other weights exact). The README gives what each costs")
-      ->check(CLI::IsMember({"auto", "exact", "int8", "int16", "bf16", "int8+bf16", "int16+bf16", "int8+int8"}));
+      ->check(CLI::IsMember({"auto", "exact", "int8", "int16", "bf16", "int8+bf16", "int16+bf16", "int8+int8", "int16+int16"}));
 }
 
 void AddAttentionFlag(CLI::App* cmd, std::string& value) {

@@ -36,7 +36,7 @@ struct EngineFlags {
 // one thread per available core).
 void AddThreadsFlag(CLI::App* cmd, int& threads);
 
-// --activations auto|exact|int8|int16|bf16|int8+bf16|int16+bf16|int8+int8 (or another flag name) into `value`: how
+// --activations auto|exact|int8|int16|bf16|int8+bf16|int16+bf16|int8+int8|int16+int16 (or another flag name) into `value`: how
 // q8 / q4 weights (int8: kernels/linear_int8.h; int16, q8 only: linear_int16.h) or bf16 / FP8 weights (bf16:
 // kernels/linear_bf16.h) meet
 // their activations. Every command that runs the model has it.
@@ -50,6 +50,7 @@ inline ActivationMode ActivationsOf(const std::string& value, bool everywhere = 
   if (value == "int8+bf16") return ActivationMode::kInt8DecodeBf16Prefill;
   if (value == "int8+int8") return ActivationMode::kInt8DecodeInt8Prefill;
   if (value == "int16+bf16") return ActivationMode::kInt16DecodeBf16Prefill;
+  if (value == "int16+int16") return ActivationMode::kInt16DecodeInt16Prefill;
   if (value == "int16") return everywhere ? ActivationMode::kInt16 : ActivationMode::kInt16Decode;
   if (value == "auto") return ActivationMode::kAuto;
   return value != "int8" ? ActivationMode::kExact : everywhere ? ActivationMode::kInt8 : ActivationMode::kInt8Decode;

@@ -186,6 +186,35 @@ void LinearInt16On(const LinearWeight& w, const float* x, int64_t n, float* y, T
   else body(0, w.rows, 0);
 }
 
+// The int16 prefill GEMM: tokens in chunks of 128, each quantized into tiles (spread over
+// the pool by tokens), then the rows spread over the pool in whole panels.
+void LinearInt16GemmOn(const LinearWeight& w, const float* x, int64_t n, float* y, ThreadPool* pool_or_null) {
+  const int64_t lanes = Int16GemmLanes();
+  const auto gemm_rows = lanes == 16 ? GemmRowsInt16Avx512Vnni : GemmRowsInt16Avx2;
+  const bool parallel = pool_or_null != nullptr && pool_or_null->size() > 1 && w.rows * w.cols * n >= (1 << 16);
+  ThreadPool* pool = parallel ? pool_or_null : nullptr;
+  constexpr int64_t kChunk = 128;
+  const int64_t K = w.cols, G = K / kQuantGroup;
+  thread_local std::vector<uint32_t> q;
+  thread_local std::vector<float> d;
+  for (int64_t t0 = 0; t0 < n; t0 += kChunk) {
+    const int64_t nt = std::min(kChunk, n - t0), ntp = (nt + lanes - 1) / lanes * lanes;
+    if (q.size() < static_cast<size_t>(ntp * K / 2)) q.resize(static_cast<size_t>(ntp * K / 2));
+    if (d.size() < static_cast<size_t>(ntp * G)) d.resize(static_cast<size_t>(ntp * G));
+    const float* xc = x + t0 * K;
+    uint32_t* qp = q.data();  // a thread_local named in a lambda would be the worker's own
+    float* dp = d.data();
+    const auto pack = [&, qp, dp](int64_t a, int64_t b, int) { PackTokensInt16Avx2(xc, nt, K, ntp, a, b, qp, dp); };
+    if (pool != nullptr) pool->ParallelFor(ntp, 8, pack);
+    else pack(0, ntp, 0);
+    const Int16TokenTiles tiles{.q = qp, .d = dp, .ntp = ntp, .n = nt};
+    float* yc = y + t0 * w.rows;
+    const auto body = [&, tiles, yc](int64_t r0, int64_t r1, int) { gemm_rows(w, tiles, yc, r0, r1); };
+    if (pool != nullptr) pool->ParallelFor(w.rows, 24, body);  // 24: whole panels of 12 rows
+    else body(0, w.rows, 0);
+  }
+}
+
 // The int8 prefill GEMM (linear_int8.h): tokens in chunks of 128, each quantized into
 // tiles (spread over the pool by tokens), then the rows spread over the pool in whole
 // panels. The model checked Int8GemmFor() when it set the mode; a later change of
@@ -331,6 +360,7 @@ void LinearOn(const LinearWeight& w, const float* x, int64_t n, float* y, Thread
   M2_CHECK(w.valid(), "Linear on an empty weight");
   M2_CHECK(w.activations != ActivationMode::kAuto, "Linear on a weight whose activation mode (auto) was never resolved");
   if (UsesInt8Gemm(w, n)) return LinearInt8GemmOn(w, x, n, y, pool_or_null);
+  if (UsesInt16Gemm(w, n)) return LinearInt16GemmOn(w, x, n, y, pool_or_null);
   const bool int8_decode = w.activations == ActivationMode::kInt8Decode ||
                            w.activations == ActivationMode::kInt8DecodeBf16Prefill ||
                            w.activations == ActivationMode::kInt8DecodeInt8Prefill;
@@ -342,7 +372,8 @@ void LinearOn(const LinearWeight& w, const float* x, int64_t n, float* y, Thread
     return LinearInt8On(w, x, n, y, par ? pool_or_null : nullptr, ActiveIsa());
   }
   const bool int16_decode = w.activations == ActivationMode::kInt16Decode ||
-                            w.activations == ActivationMode::kInt16DecodeBf16Prefill;
+                            w.activations == ActivationMode::kInt16DecodeBf16Prefill ||
+                            w.activations == ActivationMode::kInt16DecodeInt16Prefill;
   if (n > 0 && (w.activations == ActivationMode::kInt16 || (int16_decode && n <= kMaxGemvTokens))) {
     M2_CHECK(w.format == WeightFormat::kQ8, "int16 activations are for q8 weights, not {}", WeightFormatName(w.format));
     return LinearInt16On(w, x, n, y, par ? pool_or_null : nullptr, ActiveIsa());

@@ -40,7 +40,8 @@ inline constexpr int64_t kMaxGemvTokens = 8;
 // what `--activations int8+int8` gives FP8 weights (no int8 decode kernel reads FP8).
 // kInt16Decode (kQ8; linear_int16.h): int16 activations (per 32 columns) for products of
 // up to kMaxGemvTokens tokens, exact prefill; kInt16DecodeBf16Prefill: the same with bf16
-// prefill; kInt16: int16 for every token count (m2 perplexity, so that its KL covers
+// prefill; kInt16DecodeInt16Prefill: int16 for prefill too, on the int16 GEMM; kInt16:
+// int16 for every token count on the decode kernels (m2 perplexity, so that its KL covers
 // every token).
 // kAuto is a load-time choice only (LoadOptions::activations, `--activations auto`): the
 // model resolves it weight by weight (model.cpp: int8 for q4 weights, exact otherwise); no
@@ -55,6 +56,7 @@ enum class ActivationMode : uint8_t {
   kInt8Prefill,
   kInt16Decode,
   kInt16DecodeBf16Prefill,
+  kInt16DecodeInt16Prefill,
   kInt16,
   kAuto
 };

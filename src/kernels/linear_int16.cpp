@@ -67,6 +67,17 @@ const char* Int16RowsKernelName(Int16RowsFn fn) {
   return "reference";
 }
 
+bool UsesInt16Gemm(const LinearWeight& w, int64_t n) {
+  return n > kMaxGemvTokens && w.format == WeightFormat::kQ8 &&
+         w.activations == ActivationMode::kInt16DecodeInt16Prefill && Int16GemmLanes() > 0;
+}
+
+int64_t Int16GemmLanes() {
+  const KernelIsa isa = ActiveIsa();
+  if (isa == KernelIsa::kAvx512 && Cpu().avx512_vnni) return 16;
+  return isa == KernelIsa::kPortable ? 0 : 8;
+}
+
 bool Int16KernelsAvailable() { return ActiveIsa() != KernelIsa::kPortable; }
 
 }  // namespace m2

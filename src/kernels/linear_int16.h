@@ -54,6 +54,37 @@ bool LinearInt16RowsReference(const LinearWeight& w, const Int16Activations& a, 
 bool LinearInt16RowsAvx2(const LinearWeight& w, const Int16Activations& a, float* y, int64_t r0, int64_t r1);
 bool LinearInt16RowsAvx512Vnni(const LinearWeight& w, const Int16Activations& a, float* y, int64_t r0, int64_t r1);
 
+// The int16 prefill GEMM (ActivationMode::kInt16DecodeInt16Prefill, `--activations
+// int16+int16`; linear_int16_gemm_simd.inc): products of more than kMaxGemvTokens tokens
+// with q8 weights, the reference's bits for every token. Tokens in tiles of kTokenTile as
+// the int8 GEMM's: ntp tokens (n real, the rest zero padding; ntp a multiple of the build's
+// 16 or 8 lanes); tile j (tokens [32j, 32j + tw), tw = min(32, ntp - 32j)) holds at q +
+// 32j * cols / 2 [cols / 2][tw] pairs (2 adjacent int16 of a token in one 32-bit element)
+// and at d + 32j * groups [groups][tw] scales.
+struct Int16TokenTiles {
+  const uint32_t* q = nullptr;
+  const float* d = nullptr;
+  int64_t ntp = 0, n = 0;
+};
+// Quantize tokens [t0, t1) of x [n][K] (padding tokens n <= t < ntp as zeros) into the
+// tiles (sized ntp * K / 2 and ntp * K / 32), as QuantizeActivationsInt16. Needs AVX2.
+void PackTokensInt16Avx2(const float* x, int64_t n, int64_t K, int64_t ntp, int64_t t0, int64_t t1, uint32_t* q,
+                         float* d);
+// Rows [r0, r1) of a q8 weight times the tiles: AVX-512 F/BW/VL + VNNI (ntp a multiple of
+// 16), AVX2 (ntp a multiple of 8). False for another format.
+bool GemmRowsInt16Avx512Vnni(const LinearWeight& w, const Int16TokenTiles& x, float* y, int64_t r0, int64_t r1);
+bool GemmRowsInt16Avx2(const LinearWeight& w, const Int16TokenTiles& x, float* y, int64_t r0, int64_t r1);
+// Whether Linear() takes the int16 GEMM for n tokens of w here (kInt16 stays on the decode
+// kernels for every token count, as kInt8 does: one kernel's bits).
+bool UsesInt16Gemm(const LinearWeight& w, int64_t n);
+// The GEMM builds' ceilings (m2 bench): independent chains of their dot step, int16
+// operations (2 per multiply-add) per call. AVX2 / AVX-512 VNNI.
+double Int16DotBurstAvx2(int64_t iters);
+double Int16DotBurstAvx512Vnni(int64_t iters);
+// Token lanes of the GEMM this CPU runs for the active kernels: 16 (AVX-512 VNNI), 8 (AVX2),
+// 0 (the portable kernels: none).
+int64_t Int16GemmLanes();
+
 using Int16RowsFn = bool (*)(const LinearWeight&, const Int16Activations&, float*, int64_t, int64_t);
 // The kernel for a kernel family on a CPU: portable -> the reference; avx512 -> AVX-512
 // VNNI where the CPU has it, else AVX2; avx2 -> AVX2.

@@ -45,8 +45,10 @@ namespace {
 // (and those of a q8 lm_head) get int16 activations where this CPU runs those kernels
 // (linear_int16.h): each value within 2^-16 of its group's largest, KL 1.7e-6 on the
 // bundled model as q8 (README, "int16 activations"; bf16 prefill's is 140 times that), and
-// batched decode 1.2-1.35x faster (4-8 streams, where the exact kernel's fp32 widening
-// makes decode compute-bound). bf16 activations cost about what the bf16 KV cache costs, and for q8 weights
+// batched decode 1.2-1.6x faster (4-8 streams, where the exact kernel's fp32 widening
+// makes decode compute-bound); and their prefill too, on the int16 GEMM, where bf16 prefill
+// is not the faster (AVX2: 1.4x the fp32 GEMM, more than the int8 GEMM gives q8 there; on
+// AMD's AVX-512 BF16 the bf16 GEMM is 3% ahead of it and keeps q8's prefill). bf16 activations cost about what the bf16 KV cache costs, and for q8 weights
 // less than the 8-bit weights themselves (README, "bf16 activations": KL 0.00023 on the
 // bundled model against q8's own 0.00033); int8 activations would be most of q8's cost, and
 // FP8's int8 prefill (int8+int8, kInt8Prefill) requantizes the weights too (KL 28x that of
@@ -59,7 +61,8 @@ Status SetActivations(ModelWeights& weights, ActivationMode mode) {
       w.activations = ActivationMode::kExact;
     if (w.activations == ActivationMode::kInt8DecodeBf16Prefill || w.activations == ActivationMode::kInt8DecodeInt8Prefill)
       w.activations = ActivationMode::kInt8Decode;
-    if (w.activations == ActivationMode::kInt16DecodeBf16Prefill) w.activations = ActivationMode::kInt16Decode;
+    if (w.activations == ActivationMode::kInt16DecodeBf16Prefill || w.activations == ActivationMode::kInt16DecodeInt16Prefill)
+      w.activations = ActivationMode::kInt16Decode;
   };
   const auto exact_prefill_heads = [&] {
     exact_prefill(weights.lm_head);
@@ -73,7 +76,9 @@ Status SetActivations(ModelWeights& weights, ActivationMode mode) {
       const bool bf16 = Bf16PrefillBeatsFp32(w.format);
       if (int8 && w.format == WeightFormat::kQ4) w.activations = ActivationMode::kInt8DecodeInt8Prefill;
       else if (int16 && w.format == WeightFormat::kQ8)
-        w.activations = bf16 ? ActivationMode::kInt16DecodeBf16Prefill : ActivationMode::kInt16Decode;
+        w.activations = bf16                   ? ActivationMode::kInt16DecodeBf16Prefill
+                        : Int16GemmLanes() > 0 ? ActivationMode::kInt16DecodeInt16Prefill
+                                               : ActivationMode::kInt16Decode;
       else w.activations = bf16 ? ActivationMode::kBf16Prefill : ActivationMode::kExact;
     });
     exact_prefill_heads();
@@ -82,11 +87,12 @@ Status SetActivations(ModelWeights& weights, ActivationMode mode) {
   const bool bf16 = mode == ActivationMode::kBf16Prefill || mode == ActivationMode::kInt8DecodeBf16Prefill ||
                     mode == ActivationMode::kInt16DecodeBf16Prefill;
   const bool int8_prefill = mode == ActivationMode::kInt8DecodeInt8Prefill;
+  const bool int16_prefill = mode == ActivationMode::kInt16DecodeInt16Prefill;
   const bool int16 = mode == ActivationMode::kInt16Decode || mode == ActivationMode::kInt16DecodeBf16Prefill ||
-                     mode == ActivationMode::kInt16;
+                     mode == ActivationMode::kInt16 || int16_prefill;
   const bool quant = mode != ActivationMode::kBf16Prefill;  // int8 or int16 activations for some weights
   const char* flag = int8_prefill ? "int8+int8"
-                     : int16      ? (bf16 ? "int16+bf16" : "int16")
+                     : int16      ? (int16_prefill ? "int16+int16" : bf16 ? "int16+bf16" : "int16")
                      : bf16       ? (quant ? "int8+bf16" : "bf16")
                                   : "int8";
   if (bf16 && !Bf16GemmAvailable())
@@ -112,6 +118,10 @@ Status SetActivations(ModelWeights& weights, ActivationMode mode) {
     return Error("--activations {} needs {} weights (m2 quantize){}; this checkpoint has none", flag,
                  int16 ? "q8" : "q8 or q4", int8_prefill ? " or FP8 ones" : "");
   if (taken == 0) return Error("--activations bf16 needs bf16, FP8, q8 or q4 weights; this checkpoint has none");
+  if (int16_prefill && Int16GemmLanes() == 0)
+    return Error("--activations int16+int16 needs the avx2 or avx512 kernels (its prefill GEMM); this CPU has {} and "
+                 "runs the {} kernels (--activations int16 runs int16 decode steps on any CPU)",
+                 Cpu().Describe(), IsaName(ActiveIsa()));
   exact_prefill_heads();
   // Every weight left with int8 prefill needs a GEMM for its format on this CPU: q8 and q4
   // have AVX-512 VNNI, AVX-VNNI and AVX2 builds, so only the portable kernels lack one.

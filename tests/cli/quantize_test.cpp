@@ -60,7 +60,8 @@ TEST(QuantizeCliTest, QuantizedModelComputesWithItsPackedValues) {
     // The library's default stays exact; --activations auto (the CLI's default) gives q4
     // weights int8 decode and prefill where this CPU runs the int8 kernels, q8 weights int16
     // decode steps where it runs the int16 kernels (the avx2 / avx512 families) and bf16
-    // prefill where that beats the fp32 GEMM (AMD's AVX-512 BF16); the router stays exact,
+    // prefill where that beats the fp32 GEMM (AMD's AVX-512 BF16), else int16 prefill on the
+    // int16 GEMM; the router stays exact,
     // the q8 lm_head's prefill too (its decode steps as the other q8 weights').
     EXPECT_EQ((*model)->weights().layers[0].attn.q.activations, ActivationMode::kExact);
     {
@@ -73,7 +74,10 @@ TEST(QuantizeCliTest, QuantizedModelComputesWithItsPackedValues) {
       ActivationMode want_mode = int8 ? ActivationMode::kInt8DecodeInt8Prefill
                                  : bf16 ? ActivationMode::kBf16Prefill
                                         : ActivationMode::kExact;
-      if (type == "q8" && int16) want_mode = bf16 ? ActivationMode::kInt16DecodeBf16Prefill : ActivationMode::kInt16Decode;
+      if (type == "q8" && int16)
+        want_mode = bf16                   ? ActivationMode::kInt16DecodeBf16Prefill
+                    : Int16GemmLanes() > 0 ? ActivationMode::kInt16DecodeInt16Prefill
+                                           : ActivationMode::kInt16Decode;
       EXPECT_EQ(aw.layers[0].attn.q.activations, want_mode) << type;
       EXPECT_EQ(aw.layers[2].moe.experts[5].w2.activations, want_mode) << type;
       EXPECT_EQ(aw.lm_head.activations, int16 ? ActivationMode::kInt16Decode : ActivationMode::kExact) << type;

@@ -241,5 +241,53 @@ TEST(Int16ActivationsTest, DecodeModesAreInt16UpToTheGemvLimitOnly) {
   }
 }
 
+// The int16 prefill GEMM (kInt16DecodeInt16Prefill, more than kMaxGemvTokens tokens): the
+// reference's bits for every token, whatever the batch: token counts across the vectors,
+// the 32-token tiles and the 128-token chunks, row counts that leave partial panels, column
+// counts with a partial 256-column chunk (and a single group); codes including -128. Up to
+// kMaxGemvTokens the mode is the int16 decode kernels'. Each build runs where the CPU has it.
+TEST(Int16GemmTest, GivesTheReferenceBitsForEveryToken) {
+  if (Int16GemmLanes() == 0) GTEST_SKIP() << "the portable kernels: no int16 GEMM";
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{37, 96}, {13, 544}, {24, 32}, {50, 768}}) {
+    Q8 m = MakeQ8(rows, cols, rng);
+    for (int64_t n : {9, 16, 17, 33, 40, 130}) {
+      std::vector<float> x(static_cast<size_t>(n * cols));
+      for (auto& v : x) v = nd(rng);
+      x[5] = 300.0f;  // an outlier in one group
+      const Int16Input in = Quantize(x, n, cols);
+      std::vector<float> ref(static_cast<size_t>(n * rows));
+      ASSERT_TRUE(LinearInt16RowsReference(m.w, in.a, ref.data(), 0, rows));
+      m.w.activations = ActivationMode::kInt16DecodeInt16Prefill;
+      std::vector<float> got(ref.size(), -1.0f);
+      Linear(m.w, x.data(), n, got.data());
+      ASSERT_EQ(got, ref) << rows << "x" << cols << " n=" << n;
+      // Each build directly, where this CPU runs it.
+      for (bool wide : {false, true}) {
+        if (wide && !(Cpu().has_avx512() && Cpu().avx512_vnni)) continue;
+        const int64_t lanes = wide ? 16 : 8, ntp = (std::min<int64_t>(n, 128) + lanes - 1) / lanes * lanes;
+        if (n > 128) continue;  // one chunk here; Linear() above covers the chunking
+        std::vector<uint32_t> q(static_cast<size_t>(ntp * cols / 2));
+        std::vector<float> d(static_cast<size_t>(ntp * cols / 32));
+        PackTokensInt16Avx2(x.data(), n, cols, ntp, 0, ntp, q.data(), d.data());
+        const Int16TokenTiles tiles{.q = q.data(), .d = d.data(), .ntp = ntp, .n = n};
+        std::vector<float> direct(ref.size(), -1.0f);
+        ASSERT_TRUE((wide ? GemmRowsInt16Avx512Vnni : GemmRowsInt16Avx2)(m.w, tiles, direct.data(), 0, rows / 2 + 1));
+        ASSERT_TRUE((wide ? GemmRowsInt16Avx512Vnni : GemmRowsInt16Avx2)(m.w, tiles, direct.data(), rows / 2 + 1, rows));
+        ASSERT_EQ(direct, ref) << (wide ? "avx512vnni " : "avx2 ") << rows << "x" << cols << " n=" << n;
+      }
+    }
+  }
+  // A NaN in a token's input: that token's outputs NaN, the others' unchanged.
+  Q8 m = MakeQ8(30, 64, rng);
+  m.w.activations = ActivationMode::kInt16DecodeInt16Prefill;
+  std::vector<float> x(static_cast<size_t>(20 * 64), 0.25f), y(static_cast<size_t>(20 * 30));
+  x[3 * 64 + 7] = std::numeric_limits<float>::quiet_NaN();
+  Linear(m.w, x.data(), 20, y.data());
+  for (int64_t t = 0; t < 20; ++t)
+    for (int64_t r = 0; r < 30; ++r) EXPECT_EQ(std::isnan(y[t * 30 + r]), t == 3) << t << " " << r;
+}
+
 }  // namespace
 }  // namespace m2

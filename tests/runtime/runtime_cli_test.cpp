@@ -18,6 +18,7 @@
 #include "kernels/attention.h"
 #include "kernels/linear_bf16.h"
 #include "kernels/linear_int8.h"
+#include "kernels/linear_int16.h"
 #include "model/model.h"
 #include "runtime/perplexity.h"
 #include "test_model.h"
@@ -541,6 +542,25 @@ TEST_F(RuntimeCli, Int16ActivationsAgainstTheExactPath) {
   std::printf("KL: int16 activations %.3g, int8 %.3g\n", kl16, kl8);
   auto gen = M2("generate -m " + q8 + " --activations int16 -p \"def add(a, b):\" -n 8 --temperature 0");
   EXPECT_EQ(gen.code, 0) << gen.err;
+  // int16+int16: the prompt's prefill on the int16 GEMM (the reference's bits), so about
+  // the KL of int16 on the decode kernels; the portable kernels have no such GEMM.
+  if (Int16GemmLanes() > 0) {
+    auto gemm = M2("perplexity -m " + q8 + " --activations int16+int16" + args);
+    ASSERT_EQ(gemm.code, 0) << gemm.err;
+    const auto jg = nlohmann::json::parse(gemm.out);
+    EXPECT_EQ(jg["activations"], "int16+int16");
+    const double klg = jg["reference"]["mean_kl"].get<double>();
+    EXPECT_GT(klg, 0.0);
+    EXPECT_NEAR(klg, kl16, 0.5 * kl16) << "int16 GEMM vs int16 decode kernels";
+  }
+  const char* outer = std::getenv("M2_KERNELS");  // restored afterwards (a run with forced kernels)
+  const std::string outer_value = outer != nullptr ? outer : "";
+  setenv("M2_KERNELS", "portable", 1);
+  auto refused = M2("perplexity -m " + q8 + " --activations int16+int16" + args);
+  if (outer != nullptr) setenv("M2_KERNELS", outer_value.c_str(), 1);
+  else unsetenv("M2_KERNELS");
+  EXPECT_EQ(refused.code, 1);
+  EXPECT_NE(refused.err.find("avx2 or avx512 kernels"), std::string::npos) << refused.err;
   auto bad = M2("generate -m models/m2-tiny --activations int16 -p hi -n 1");
   EXPECT_EQ(bad.code, 1);
   EXPECT_NE(bad.err.find("needs q8 weights"), std::string::npos) << bad.err;
