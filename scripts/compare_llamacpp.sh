@@ -55,8 +55,10 @@ Environment:
   THREADS         threads for both engines        (default 2)
   KEEP_BF16       1: keep the 10 GB bf16 GGUF after quantizing (default: delete it)
   M2_FAST         1: also time m2 with its fast activations, --activations bf16 on FP8 and
-                  int16+bf16 on q8 (what auto gives them on AMD) and int8+bf16 on q4 (needs
-                  AVX-512 BF16); 0: exact only (default: 1 where the CPU has AVX-512 BF16)
+                  int16+bf16 on q8 (what auto gives them on AMD) and int8+bf16 on q4 where
+                  the CPU has AVX-512 BF16 (ISA=native), else --activations auto on each
+                  (q8: int16+int16); 0: exact only (default: 1 where the CPU has AVX-512 BF16
+                  and ISA is native)
   LLAMA_LOAD_MODE llama-bench's -lm: none (default: weights read into memory, as m2 does by
                   default) or auto (llama.cpp's default: mapped); ignored by a llama-bench
                   without -lm
@@ -668,10 +670,14 @@ runs=(
 [ "$pairs" = fp8 ] && runs=("${runs[@]:0:2}")
 [ "$pairs" = q8 ] && runs=("${runs[@]:2:2}")
 [ "$pairs" = q4 ] && runs=("${runs[@]:4:3}")
-if [ "$fast" = 1 ]; then
+if [ "$fast" = 1 ] && [ "$fast_default" = 1 ]; then  # native, AVX-512 BF16
   [[ $pairs =~ ^(all|fp8)$ ]] && runs+=("m2 fp8-fast $slice bf16")
   [[ $pairs =~ ^(all|q8)$ ]] && runs+=("m2 q8-fast $cache/m2-q8-lmq8 int16+bf16")  # what auto gives q8 on AMD
   [[ $pairs =~ ^(all|q4)$ ]] && runs+=("m2 q4-fast $cache/m2-q4-lmq8 int8+bf16")
+elif [ "$fast" = 1 ]; then  # no bf16 here: each pair's row is what auto gives it (q8: int16+int16)
+  [[ $pairs =~ ^(all|fp8)$ ]] && runs+=("m2 fp8-fast $slice auto")
+  [[ $pairs =~ ^(all|q8)$ ]] && runs+=("m2 q8-fast $cache/m2-q8-lmq8 auto")
+  [[ $pairs =~ ^(all|q4)$ ]] && runs+=("m2 q4-fast $cache/m2-q4-lmq8 auto")
 fi
 if [ "$int8" = 1 ]; then
   [[ $pairs =~ ^(all|fp8)$ ]] && runs+=("m2 fp8-int8 $slice int8+int8")  # FP8: int8 prefill, exact decode steps

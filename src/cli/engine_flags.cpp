@@ -13,7 +13,7 @@ void AddActivationsFlag(CLI::App* cmd, std::string& value, const std::string& na
   cmd->add_option(name, value,
                   "How weights meet their activations: auto (the default of generate, chat, serve and bench: "
                   "int8+int8 for q4 weights where the CPU runs the int8 kernels, as llama.cpp does for 4-bit "
-                  "weights; int16 decode steps for q8 weights there, with bf16 prefill on AMD's AVX-512 BF16; bf16 "
+                  "weights; int16 decode steps for q8 weights there, with bf16 prefill on AMD's AVX-512 BF16, else int16 prefill; bf16 "
                   "prefill for FP8 and bf16 weights where that beats fp32 (AMX, or AVX-512 BF16 on AMD, there with "
                   "bf16 FP8 decode steps too); exact for every other weight); exact (fp32 activations everywhere; the "
                   "default of perplexity and logits); int16 (q8 weights: activations quantized per 32 values to "
