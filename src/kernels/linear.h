@@ -44,8 +44,9 @@ inline constexpr int64_t kMaxGemvTokens = 8;
 // int16 for every token count on the decode kernels (m2 perplexity, so that its KL covers
 // every token).
 // kAuto is a load-time choice only (LoadOptions::activations, `--activations auto`): the
-// model resolves it weight by weight (model.cpp: int8 for q4 weights, exact otherwise); no
-// weight carries it, and Linear() refuses one that does.
+// model resolves it weight by weight (model.cpp, SetActivations: int8 for q4 weights, int16
+// for q8 ones, bf16 prefill where it beats fp32, exact otherwise); no weight carries it, and
+// Linear() refuses one that does.
 enum class ActivationMode : uint8_t {
   kExact,
   kInt8Decode,

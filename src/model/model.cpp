@@ -27,8 +27,9 @@ namespace m2 {
 namespace {
 
 // Gives the weights their ActivationMode for LoadOptions::activations: int8 (or int8 +
-// int8 prefill) to q8 / q4 weights; bf16 prefill to bf16, FP8, q8 and q4 weights; int8 + bf16 both to q8 / q4 and
-// bf16 prefill to the others. The MoE routers and the output head keep exact prefill: a
+// int8 prefill) to q8 / q4 weights; int16 (int16 + bf16, int16 + int16) to q8 weights, q4
+// ones then getting what bf16 gives them; bf16 prefill to bf16, FP8, q8 and q4 weights;
+// int8 + bf16 both to q8 / q4 and bf16 prefill to the others. The MoE routers and the output head keep exact prefill: a
 // rounded activation can flip a close choice of experts (the reference routes in fp32) and
 // the routers are a tiny part of the work; a prompt's prefill computes logits for its last
 // token only (decode kernels), and m2 perplexity's KL then measures the hidden states.
@@ -48,8 +49,9 @@ namespace {
 // batched decode 1.2-1.6x faster (4-8 streams, where the exact kernel's fp32 widening
 // makes decode compute-bound); and their prefill too, on the int16 GEMM, where bf16 prefill
 // is not the faster (AVX2: 1.4x the fp32 GEMM, more than the int8 GEMM gives q8 there; on
-// AMD's AVX-512 BF16 the bf16 GEMM is 3% ahead of it and keeps q8's prefill). bf16 activations cost about what the bf16 KV cache costs, and for q8 weights
-// less than the 8-bit weights themselves (README, "bf16 activations": KL 0.00023 on the
+// AMD's AVX-512 BF16 the bf16 GEMM is 3% ahead of it and keeps q8's prefill). bf16
+// activations cost about what the bf16 KV cache costs, and for q8 weights less than the
+// 8-bit weights themselves (README, "bf16 activations": KL 0.00023 on the
 // bundled model against q8's own 0.00033); int8 activations would be most of q8's cost, and
 // FP8's int8 prefill (int8+int8, kInt8Prefill) requantizes the weights too (KL 28x that of
 // bf16 activations on the hidden-3072 random model), so neither is automatic. Everything
