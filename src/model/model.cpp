@@ -78,9 +78,7 @@ Status SetActivations(ModelWeights& weights, ActivationMode mode) {
       const bool bf16 = Bf16PrefillBeatsFp32(w.format);
       if (int8 && w.format == WeightFormat::kQ4) w.activations = ActivationMode::kInt8DecodeInt8Prefill;
       else if (int16 && w.format == WeightFormat::kQ8)
-        w.activations = bf16                   ? ActivationMode::kInt16DecodeBf16Prefill
-                        : Int16GemmLanes() > 0 ? ActivationMode::kInt16DecodeInt16Prefill
-                                               : ActivationMode::kInt16Decode;
+        w.activations = bf16 ? ActivationMode::kInt16DecodeBf16Prefill : ActivationMode::kInt16DecodeInt16Prefill;
       else w.activations = bf16 ? ActivationMode::kBf16Prefill : ActivationMode::kExact;
     });
     exact_prefill_heads();
