@@ -260,7 +260,7 @@ int GemmMode(int64_t total, const std::string& only) {
   if (amx) modes.push_back({"bf16-amx", m2::ActivationMode::kBf16Prefill, true});
   const m2::Int8GemmKernel int8_q4 = m2::Int8GemmFor(m2::WeightFormat::kQ4);
   if (int8_q4 != m2::Int8GemmKernel::kNone) modes.push_back({"int8", m2::ActivationMode::kInt8DecodeInt8Prefill});
-  const int64_t int16_lanes = m2::Int16GemmLanes();  // q8 only (other formats print 0)
+  const int64_t int16_lanes = m2::Int16GemmLanes();  // q8 and FP8 only (q4 prints 0)
   if (int16_lanes > 0) modes.push_back({"int16", m2::ActivationMode::kInt16DecodeInt16Prefill});
   std::printf("%d threads, %s kernels; fp32 FMA peak %.1f GFLOP/s", pool.size(), m2::ActiveKernelsName(),
               peak / 1e9);
@@ -289,12 +289,16 @@ int GemmMode(int64_t total, const std::string& only) {
         std::vector<double> best(modes.size());
         for (int rep = 0; rep < 5; ++rep)
           for (size_t v = 0; v < modes.size(); ++v) {
-            // int8 on FP8 weights: kInt8Prefill (requantized per group as the GEMM unpacks them).
+            // int8 / int16 on FP8 weights: kInt8Prefill / kInt16Prefill (requantized or
+            // converted per group as the GEMM unpacks them).
             const bool int8 = modes[v].second == m2::ActivationMode::kInt8DecodeInt8Prefill;
-            const m2::ActivationMode mode =
-                int8 && f == m2::WeightFormat::kFp8Block ? m2::ActivationMode::kInt8Prefill : modes[v].second;
+            const bool int16 = modes[v].second == m2::ActivationMode::kInt16DecodeInt16Prefill;
+            const bool fp8 = f == m2::WeightFormat::kFp8Block;
+            const m2::ActivationMode mode = int8 && fp8    ? m2::ActivationMode::kInt8Prefill
+                                            : int16 && fp8 ? m2::ActivationMode::kInt16Prefill
+                                                           : modes[v].second;
             if (int8 && m2::Int8GemmFor(f) == m2::Int8GemmKernel::kNone) continue;  // no int8 GEMM (printed as 0)
-            if (mode == m2::ActivationMode::kInt16DecodeInt16Prefill && f != m2::WeightFormat::kQ8) continue;
+            if (int16 && f == m2::WeightFormat::kQ4) continue;  // q8 and FP8 only
             if (amx) m2::SetAmxBf16ForTesting(modes[v].amx);
             const auto t0 = Clock::now();
             int calls = 0;

@@ -15,7 +15,8 @@ void AddActivationsFlag(CLI::App* cmd, std::string& value, const std::string& na
                   "int8+int8 for q4 weights where the CPU runs the int8 kernels, as llama.cpp does for 4-bit "
                   "weights; int16 decode steps for q8 weights there, with bf16 prefill on AMD's AVX-512 BF16, else int16 prefill; bf16 "
                   "prefill for FP8 and bf16 weights where that beats fp32 (AMX, or AVX-512 BF16 on AMD, there with "
-                  "bf16 FP8 decode steps too); exact for every other weight); exact (fp32 activations everywhere; the "
+                  "bf16 FP8 decode steps too), else int16 prefill for FP8 weights on AVX2 or AVX-512 CPUs (as "
+                  "int16+int16 gives them); exact for every other weight); exact (fp32 activations everywhere; the "
                   "default of perplexity and logits); int16 (q8 weights: activations quantized per 32 values to "
                   "int16, integer dot products, for decode steps (m2 perplexity: every token); each value off by at "
                   "most 2^-16 of its group's largest); int8 (q8 / q4 weights: "
@@ -25,7 +26,7 @@ void AddActivationsFlag(CLI::App* cmd, std::string& value, const std::string& na
                   "and q4 weights on CPUs with AVX-512 BF16: prompts prefilled with activations rounded to bf16 and "
                   "vdpbf16ps, or on the tile unit (AMX) for bf16 and FP8 weights; on AMD FP8 decode steps with bf16 "
                   "activations too (AVX-512 VBMI), other decode steps exact); int8+bf16 (both: int8 decode steps and "
-                  "bf16 prefill for q8 / q4 weights, bf16 prefill for the others); int16+bf16 (int16 decode steps for q8 weights, bf16 prefill as bf16 gives it); int16+int16 (q8 weights on AVX2 or AVX-512 CPUs: int16 in decode steps and in prefill, there on an integer GEMM); int8+int8 (q8 and q4 weights on AVX2 or "
+                  "bf16 prefill for q8 / q4 weights, bf16 prefill for the others); int16+bf16 (int16 decode steps for q8 weights, bf16 prefill as bf16 gives it); int16+int16 (q8 weights on AVX2 or AVX-512 CPUs: int16 in decode steps and in prefill, there on an integer GEMM; FP8 weights: prefill on that GEMM, each 32 weights converted to int16 with a power-of-two step as it reads them (exact within 7 binades of the largest), decode steps exact); int8+int8 (q8 and q4 weights on AVX2 or "
                   "AVX-512 CPUs: int8 in decode steps and in prefill, there on an integer GEMM, 1.3-4x the fp32 one "
                   "(least for q8 on AVX2 without VNNI); FP8 weights: prefill on that GEMM, each 32 weights "
                   "requantized to int8 as it reads them, decode steps exact; other weights exact). The README gives what each costs")

@@ -37,7 +37,7 @@ struct EngineFlags {
 void AddThreadsFlag(CLI::App* cmd, int& threads);
 
 // --activations auto|exact|int8|int16|bf16|int8+bf16|int16+bf16|int8+int8|int16+int16 (or another flag name) into `value`: how
-// q8 / q4 weights (int8: kernels/linear_int8.h; int16, q8 only: linear_int16.h) or bf16 / FP8 weights (bf16:
+// q8 / q4 weights (int8: kernels/linear_int8.h; int16, q8 and FP8 prefill: linear_int16.h) or bf16 / FP8 weights (bf16:
 // kernels/linear_bf16.h) meet
 // their activations. Every command that runs the model has it.
 void AddActivationsFlag(CLI::App* cmd, std::string& value, const std::string& name = "--activations");

@@ -43,6 +43,11 @@ inline constexpr int64_t kMaxGemvTokens = 8;
 // prefill; kInt16DecodeInt16Prefill: int16 for prefill too, on the int16 GEMM; kInt16:
 // int16 for every token count on the decode kernels (m2 perplexity, so that its KL covers
 // every token).
+// kInt16Prefill (FP8 weights whose blocks hold whole 32-column groups, on the avx2 / avx512
+// kernels): exact decode steps, and prefill on the int16 GEMM with each group of a row
+// converted to int16 with a power-of-two step (Fp8GroupToInt16: exact within 7 binades of
+// the group's largest) as the GEMM unpacks it: what `--activations int16+int16` gives FP8
+// weights, and what auto gives them where bf16 prefill is not the faster.
 // kAuto is a load-time choice only (LoadOptions::activations, `--activations auto`): the
 // model resolves it weight by weight (model.cpp, SetActivations: int8 for q4 weights, int16
 // for q8 ones, bf16 prefill where it beats fp32, exact otherwise); no weight carries it, and
@@ -59,6 +64,7 @@ enum class ActivationMode : uint8_t {
   kInt16DecodeBf16Prefill,
   kInt16DecodeInt16Prefill,
   kInt16,
+  kInt16Prefill,
   kAuto
 };
 

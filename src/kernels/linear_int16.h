@@ -47,16 +47,35 @@ struct Int16Activations {
 void QuantizeActivationsInt16(const float* x, int64_t n, int64_t cols, int16_t* q, float* d);
 void QuantizeActivationsInt16Avx2(const float* x, int64_t n, int64_t cols, int16_t* q, float* d);
 
+// FP8 weights in the int16 GEMM (ActivationMode::kInt16Prefill, `--activations int16+int16`
+// on an FP8 checkpoint): the 32 codes of a group of a row (one 128 x 128 block scale covers
+// them) as int16 integers q with one power-of-two step per group, so that the GEMM's group
+// dots stay exact integers. With E the largest exponent field of the group's codes (a code's
+// low 7 bits order its magnitude) and s = max(0, E - 8), q = round-to-nearest-even(v x
+// 2^(9 - s)) for each code's exact value v, and the group's scale is block_scale x 2^(s - 9)
+// (exact: a power of two). Every code whose exponent is within 7 of the group's largest is
+// exact (v x 2^(9 - s) is then an integer); smaller ones are off by at most half a step,
+// 2^-12 of the group's largest magnitude (int8 requantization, kInt8Prefill: up to 2^-8).
+// |q| <= 15 x 2^7 = 1920, so a group's dot with int16 activations stays below 32 x 1920 x
+// 32767 < 2^31. A group holding a NaN code (0x7f, 0xff) gets q = 0 and a NaN scale, so its
+// outputs are NaN. Returns the scale. Portable; the GEMM's own unpacking gives the same.
+float Fp8GroupToInt16(const uint8_t* codes, float block_scale, int16_t* q);
+// Whether an FP8 weight can take the int16 GEMM: its blocks hold whole 32-column groups.
+bool Fp8FitsInt16Groups(const LinearWeight& w);
+
 // y[t][r] for rows [r0, r1) of a q8 weight and all n tokens of `a`: the portable reference
 // (integer dot per group, then fp32 sums in group order), AVX2 (needs AVX2, FMA and F16C)
-// and AVX-512 VNNI (also AVX-512 F/BW/VL). False for a format other than q8.
+// and AVX-512 VNNI (also AVX-512 F/BW/VL). False for a format other than q8; the reference
+// also takes FP8 weights that fit (Fp8FitsInt16Groups), converted per group as above (what
+// the GEMM computes for them; no decode kernel reads FP8 with int16 activations).
 bool LinearInt16RowsReference(const LinearWeight& w, const Int16Activations& a, float* y, int64_t r0, int64_t r1);
 bool LinearInt16RowsAvx2(const LinearWeight& w, const Int16Activations& a, float* y, int64_t r0, int64_t r1);
 bool LinearInt16RowsAvx512Vnni(const LinearWeight& w, const Int16Activations& a, float* y, int64_t r0, int64_t r1);
 
-// The int16 prefill GEMM (ActivationMode::kInt16DecodeInt16Prefill, `--activations
-// int16+int16`; linear_int16_gemm_simd.inc): products of more than kMaxGemvTokens tokens
-// with q8 weights, the reference's bits for every token. Tokens in tiles of kTokenTile as
+// The int16 prefill GEMM (ActivationMode::kInt16DecodeInt16Prefill and kInt16Prefill,
+// `--activations int16+int16`; linear_int16_gemm_simd.inc): products of more than
+// kMaxGemvTokens tokens with q8 weights, and FP8 ones converted per group as they are
+// unpacked (Fp8GroupToInt16), the reference's bits for every token. Tokens in tiles of kTokenTile as
 // the int8 GEMM's: ntp tokens (n real, the rest zero padding; ntp a multiple of the build's
 // 16 or 8 lanes); tile j (tokens [32j, 32j + tw), tw = min(32, ntp - 32j)) holds at q +
 // 32j * cols / 2 [cols / 2][tw] pairs (2 adjacent int16 of a token in one 32-bit element)
@@ -70,8 +89,8 @@ struct Int16TokenTiles {
 // tiles (sized ntp * K / 2 and ntp * K / 32), as QuantizeActivationsInt16. Needs AVX2.
 void PackTokensInt16Avx2(const float* x, int64_t n, int64_t K, int64_t ntp, int64_t t0, int64_t t1, uint32_t* q,
                          float* d);
-// Rows [r0, r1) of a q8 weight times the tiles: AVX-512 F/BW/VL + VNNI (ntp a multiple of
-// 16), AVX2 (ntp a multiple of 8). False for another format.
+// Rows [r0, r1) of a q8 or FP8 (Fp8FitsInt16Groups) weight times the tiles: AVX-512
+// F/BW/VL + VNNI (ntp a multiple of 16), AVX2 (ntp a multiple of 8). False for another format.
 bool GemmRowsInt16Avx512Vnni(const LinearWeight& w, const Int16TokenTiles& x, float* y, int64_t r0, int64_t r1);
 bool GemmRowsInt16Avx2(const LinearWeight& w, const Int16TokenTiles& x, float* y, int64_t r0, int64_t r1);
 // Whether Linear() takes the int16 GEMM for n tokens of w here (kInt16 stays on the decode

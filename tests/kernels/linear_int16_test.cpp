@@ -165,7 +165,9 @@ TEST(Int16ActivationsTest, KernelChoiceAndFormats) {
   const Int16Input in = Quantize(x, 1, 64);
   std::vector<float> y(4, 7.0f);
   EXPECT_FALSE(LinearInt16RowsReference(m.w, in.a, y.data(), 0, 4));
-  if (Cpu().has_avx2()) EXPECT_FALSE(LinearInt16RowsAvx2(m.w, in.a, y.data(), 0, 4));
+  if (Cpu().has_avx2()) {
+    EXPECT_FALSE(LinearInt16RowsAvx2(m.w, in.a, y.data(), 0, 4));
+  }
   EXPECT_EQ(y, std::vector<float>(4, 7.0f));
 }
 
@@ -287,6 +289,165 @@ TEST(Int16GemmTest, GivesTheReferenceBitsForEveryToken) {
   Linear(m.w, x.data(), 20, y.data());
   for (int64_t t = 0; t < 20; ++t)
     for (int64_t r = 0; r < 30; ++r) EXPECT_EQ(std::isnan(y[t * 30 + r]), t == 3) << t << " " << r;
+}
+
+// An FP8 weight (128 x 128 blocks, a different scale in each): codes drawn as a
+// checkpoint's (GaussianFp8Codes) or uniform over the non-NaN codes, so that groups span
+// from a few binades to all of them (subnormals included).
+struct Fp8 {
+  LinearWeight w;
+  std::vector<uint8_t> codes;
+  std::vector<float> bs;
+};
+
+Fp8 MakeFp8(int64_t rows, int64_t cols, bool checkpoint_codes, std::mt19937& rng) {
+  Fp8 m;
+  m.w.format = WeightFormat::kFp8Block;
+  m.w.rows = rows;
+  m.w.cols = cols;
+  m.codes.resize(static_cast<size_t>(rows * cols));
+  static const std::vector<uint8_t> gaussian = GaussianFp8Codes(100.0f);
+  for (auto& c : m.codes) {
+    c = checkpoint_codes ? gaussian[rng() & 0xffff] : static_cast<uint8_t>(rng() & 0xff);
+    if ((c & 0x7f) == 0x7f) c ^= 1;  // no NaN codes here
+  }
+  m.bs.resize(static_cast<size_t>(m.w.scale_rows() * m.w.scale_cols()));
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& v : m.bs) v = std::exp(nd(rng));
+  m.w.data = m.codes.data();
+  m.w.scale = m.bs.data();
+  return m;
+}
+
+// An FP8 group as int16 (Fp8GroupToInt16), against the exact values: the step 2^(s - 9) x
+// the block scale with s = max(0, E - 8) for the group's largest exponent field E; every
+// code within 7 exponents of E exact, the others within half a step (ties to even), |q| at
+// most 1920; a NaN code gives q = 0 and a NaN scale. Then every code alone in a group with
+// the largest finite one (448): each within half a step of its value.
+TEST(Int16Fp8Test, GroupsConvertExactlyWithinSevenBinades) {
+  std::mt19937 rng(41);
+  for (int trial = 0; trial < 2000; ++trial) {
+    uint8_t codes[32];
+    const int spread = 1 + static_cast<int>(rng() % 16), top_e = static_cast<int>(rng() % 16);
+    for (auto& c : codes) {
+      const int e = std::max(0, top_e - static_cast<int>(rng() % spread));
+      c = static_cast<uint8_t>((rng() & 0x80) | (e << 3) | (rng() & 7));
+      if ((c & 0x7f) == 0x7f) c ^= 1;
+    }
+    int top = 0;
+    for (uint8_t c : codes) top = std::max(top, c & 0x7f);
+    const int s = std::max(0, (top >> 3) - 8);
+    int16_t q[32];
+    const float scale = Fp8GroupToInt16(codes, 3.0f, q);
+    ASSERT_EQ(scale, 3.0f * std::ldexp(1.0f, s - 9)) << trial;
+    for (int i = 0; i < 32; ++i) {
+      const double v = Fp8E4M3ToF32(codes[i]), got = q[i] * std::ldexp(1.0, s - 9);
+      ASSERT_LE(std::abs(q[i]), 1920);
+      if (((codes[i] & 0x7f) >> 3) >= (top >> 3) - 7) {
+        ASSERT_EQ(got, v) << trial << " " << i << " code " << int(codes[i]);
+      } else {
+        ASSERT_LE(std::fabs(got - v), std::ldexp(1.0, s - 10)) << trial << " " << i;
+      }
+    }
+  }
+  uint8_t codes[32] = {};
+  codes[0] = 0x7e;  // 448: E = 15, s = 7
+  int16_t q[32];
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7f) == 0x7f) continue;
+    codes[1] = static_cast<uint8_t>(c);
+    ASSERT_EQ(Fp8GroupToInt16(codes, 1.0f, q), 0.25f);  // 2^(7 - 9)
+    EXPECT_EQ(q[0], 1792);
+    EXPECT_LE(std::fabs(q[1] * 0.25 - Fp8E4M3ToF32(codes[1])), 0.125) << c;
+  }
+  codes[1] = 0x40;  // 2.0 = 8 x 0.25 exactly
+  Fp8GroupToInt16(codes, 1.0f, q);
+  EXPECT_EQ(q[1], 8);
+  codes[1] = 0x09;  // 2^-6 x 1.125: 0.0703 steps, rounds to 0
+  Fp8GroupToInt16(codes, 1.0f, q);
+  EXPECT_EQ(q[1], 0);
+  codes[5] = 0xff;
+  EXPECT_TRUE(std::isnan(Fp8GroupToInt16(codes, 1.0f, q)));
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(q[i], 0);
+}
+
+// FP8 weights on the int16 GEMM (kInt16Prefill, what --activations int16+int16 gives them):
+// the reference's bits for every token (both builds where the CPU runs them; products of
+// 512+ tokens go in chunks of 512), close to the exact product (the weights within 2^-12 of
+// their group's largest, the activations within 2^-16), and decode-sized products exact. A
+// NaN code makes its row's outputs NaN; blocks that split a group keep the exact kernels.
+TEST(Int16GemmTest, Fp8GivesTheReferenceBits) {
+  if (Int16GemmLanes() == 0) GTEST_SKIP() << "the portable kernels: no int16 GEMM";
+  std::mt19937 rng(43);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  struct C {
+    int64_t rows, cols;
+    bool checkpoint;
+  };
+  for (const C c : std::vector<C>{{37, 800, false}, {25, 256, true}, {12, 32, false}, {140, 384, true}}) {
+    Fp8 m = MakeFp8(c.rows, c.cols, c.checkpoint, rng);
+    for (int64_t n : {9, 17, 45, 131, 600}) {
+      if (n == 600 && c.rows * c.cols > 100000) continue;
+      std::vector<float> x(static_cast<size_t>(n * c.cols));
+      for (auto& v : x) v = nd(rng);
+      const Int16Input in = Quantize(x, n, c.cols);
+      std::vector<float> ref(static_cast<size_t>(n * c.rows)), got(ref.size(), -1.0f), exact(ref.size());
+      ASSERT_TRUE(LinearInt16RowsReference(m.w, in.a, ref.data(), 0, c.rows));
+      m.w.activations = ActivationMode::kExact;
+      Linear(m.w, x.data(), n, exact.data());
+      m.w.activations = ActivationMode::kInt16Prefill;
+      ASSERT_TRUE(UsesInt16Gemm(m.w, n));
+      Linear(m.w, x.data(), n, got.data());
+      ASSERT_EQ(got, ref) << c.rows << "x" << c.cols << " n=" << n;
+      float range = 0.0f, err = 0.0f;
+      for (size_t i = 0; i < got.size(); ++i)
+        range = std::max(range, std::fabs(exact[i])), err = std::max(err, std::fabs(got[i] - exact[i]));
+      EXPECT_LT(err, 1e-3f * range) << c.rows << "x" << c.cols << " n=" << n << ": int16 against exact";
+      for (bool wide : {false, true}) {
+        if (wide && !(Cpu().has_avx512() && Cpu().avx512_vnni)) continue;
+        if (n > 128) continue;
+        const int64_t lanes = wide ? 16 : 8, ntp = (n + lanes - 1) / lanes * lanes;
+        std::vector<uint32_t> q(static_cast<size_t>(ntp * c.cols / 2));
+        std::vector<float> d(static_cast<size_t>(ntp * c.cols / 32));
+        PackTokensInt16Avx2(x.data(), n, c.cols, ntp, 0, ntp, q.data(), d.data());
+        const Int16TokenTiles tiles{.q = q.data(), .d = d.data(), .ntp = ntp, .n = n};
+        std::vector<float> direct(ref.size(), -1.0f);
+        ASSERT_TRUE((wide ? GemmRowsInt16Avx512Vnni : GemmRowsInt16Avx2)(m.w, tiles, direct.data(), 0, c.rows));
+        ASSERT_EQ(direct, ref) << (wide ? "avx512vnni " : "avx2 ") << c.rows << "x" << c.cols << " n=" << n;
+      }
+      // Decode-sized products stay exact.
+      std::vector<float> one(static_cast<size_t>(c.rows)), one_exact(one.size());
+      Linear(m.w, x.data(), 1, one.data());
+      m.w.activations = ActivationMode::kExact;
+      Linear(m.w, x.data(), 1, one_exact.data());
+      EXPECT_EQ(one, one_exact);
+    }
+  }
+  Fp8 m = MakeFp8(20, 160, false, rng);
+  m.codes[5 * 160 + 70] = 0x7f;  // row 5, third group
+  m.w.activations = ActivationMode::kInt16Prefill;
+  const int64_t n = 12;
+  std::vector<float> x(static_cast<size_t>(n * 160)), got(static_cast<size_t>(n * 20)), ref(got.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.29f * static_cast<float>(i));
+  const Int16Input in = Quantize(x, n, 160);
+  ASSERT_TRUE(LinearInt16RowsReference(m.w, in.a, ref.data(), 0, 20));
+  Linear(m.w, x.data(), n, got.data());
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t r = 0; r < 20; ++r) {
+      if (r == 5) {
+        ASSERT_TRUE(std::isnan(got[t * 20 + r])) << t;
+      } else {
+        ASSERT_EQ(got[t * 20 + r], ref[t * 20 + r]) << t << " " << r;
+      }
+    }
+  m.w.block_cols = 48;
+  EXPECT_FALSE(UsesInt16Gemm(m.w, 40));
+  m.w.block_cols = 128;
+  EXPECT_TRUE(UsesInt16Gemm(m.w, 40));
+  EXPECT_FALSE(UsesInt16Gemm(m.w, kMaxGemvTokens));
+  Q8 q8w = MakeQ8(8, 64, rng);
+  q8w.w.activations = ActivationMode::kInt16Prefill;  // the FP8 mode on q8 weights: exact kernels
+  EXPECT_FALSE(UsesInt16Gemm(q8w.w, 40));
 }
 
 }  // namespace
