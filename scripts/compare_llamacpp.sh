@@ -57,7 +57,7 @@ Environment:
   M2_FAST         1: also time m2 with its fast activations, --activations bf16 on FP8 and
                   int16+bf16 on q8 (what auto gives them on AMD) and int8+bf16 on q4 where
                   the CPU has AVX-512 BF16 (ISA=native), else --activations auto on each
-                  (q8: int16+int16); 0: exact only (default: 1 where the CPU has AVX-512 BF16
+                  (q8: int16+int16, FP8: int16 prefill); 0: exact only (default: 1 where the CPU has AVX-512 BF16
                   and ISA is native)
   LLAMA_LOAD_MODE llama-bench's -lm: none (default: weights read into memory, as m2 does by
                   default) or auto (llama.cpp's default: mapped); ignored by a llama-bench
