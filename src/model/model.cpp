@@ -109,7 +109,8 @@ Status SetActivations(ModelWeights& weights, ActivationMode mode) {
                  flag, Cpu().Describe(), IsaName(ActiveIsa()));
   int64_t quantized = 0, taken = 0;
   ForEachLinear(weights, [&](LinearWeight& w) {
-    // int16 is for q8 weights only (linear_int16.h); q4 ones then get what bf16 gives them.
+    // int16 activations are for q8 weights (linear_int16.h; FP8 ones take the int16 GEMM in
+    // prefill only, below); q4 ones then get what bf16 gives them.
     const bool q = w.format == WeightFormat::kQ8 || (w.format == WeightFormat::kQ4 && !int16);
     // int8+int8 prefills FP8 weights on the int8 GEMM too, int16+int16 on the int16 GEMM
     // (their decode steps stay exact).
