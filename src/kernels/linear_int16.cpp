@@ -61,13 +61,7 @@ bool LinearInt16RowsReference(const LinearWeight& w, const Int16Activations& a, 
   for (int64_t r = r0; r < r1; ++r) {
     const int8_t* p = fp8 ? nullptr : static_cast<const int8_t*>(w.data) + r * K;
     const uint16_t* s = fp8 ? nullptr : static_cast<const uint16_t*>(w.scale) + r * G;
-    if (fp8) {  // the row converted per group, its scales in fp32
-      const uint8_t* c = static_cast<const uint8_t*>(w.data) + r * K;
-      const float* bs = static_cast<const float*>(w.scale) + (r / w.block_rows) * w.scale_cols();
-      for (int64_t g = 0; g < G; ++g)
-        fs[static_cast<size_t>(g)] =
-            Fp8GroupToInt16(c + g * kQuantGroup, bs[g * kQuantGroup / w.block_cols], fq.data() + g * kQuantGroup);
-    }
+    if (fp8) ConvertFp8Row(w, r, Fp8GroupToInt16, fq.data(), fs.data());  // the row converted per group
     for (int64_t t = 0; t < a.n; ++t) {
       const int16_t* xq = a.q + t * K;
       float acc = 0.0f;

@@ -68,13 +68,7 @@ bool LinearInt8RowsReference(const LinearWeight& w, const Int8Activations& a, fl
   std::vector<float> fs(fp8 ? static_cast<size_t>(G) : 0);
   for (int64_t r = r0; r < r1; ++r) {
     const uint16_t* s = fp8 ? nullptr : static_cast<const uint16_t*>(w.scale) + r * G;
-    if (fp8) {  // the row requantized per group, its scales in fp32
-      const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * K;
-      const float* bs = static_cast<const float*>(w.scale) + (r / w.block_rows) * w.scale_cols();
-      for (int64_t g = 0; g < G; ++g)
-        fs[static_cast<size_t>(g)] =
-            QuantizeFp8GroupInt8(p + g * kQuantGroup, bs[g * kQuantGroup / w.block_cols], fq.data() + g * kQuantGroup);
-    }
+    if (fp8) ConvertFp8Row(w, r, QuantizeFp8GroupInt8, fq.data(), fs.data());  // the row requantized per group
     for (int64_t t = 0; t < a.n; ++t) {
       const int8_t* xq = a.q + t * K;
       float acc = 0.0f;

@@ -52,6 +52,16 @@ void QuantizeActivationsInt8Avx2(const float* x, int64_t n, int64_t cols, int8_t
 float QuantizeFp8GroupInt8(const uint8_t* codes, float block_scale, int8_t* q);
 // Whether an FP8 weight can take that path: its blocks hold whole 32-column groups.
 bool Fp8FitsInt8Groups(const LinearWeight& w);
+// Row r of an FP8 weight converted group by group with `group` (QuantizeFp8GroupInt8, or
+// Fp8GroupToInt16 in linear_int16.h), each group with its block's scale: the values into q
+// [cols], the groups' scales into s [cols / 32]. What the portable references do per row.
+template <class Q>
+void ConvertFp8Row(const LinearWeight& w, int64_t r, float (*group)(const uint8_t*, float, Q*), Q* q, float* s) {
+  const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * w.cols;
+  const float* bs = static_cast<const float*>(w.scale) + (r / w.block_rows) * w.scale_cols();
+  for (int64_t g = 0; g < w.cols / kQuantGroup; ++g)
+    s[g] = group(p + g * kQuantGroup, bs[g * kQuantGroup / w.block_cols], q + g * kQuantGroup);
+}
 
 // y[t][r] for rows [r0, r1) of a q8 / q4 weight (or an FP8 one, requantized per group as
 // above; the reference only) and all n tokens of `a`. The portable
