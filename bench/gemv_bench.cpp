@@ -20,6 +20,9 @@
 //   build/bench/gemv_bench --bf16 [MiB]    bf16 / FP8 decode: exact against bf16 activations,
 //                                           one thread and all threads
 //   build/bench/gemv_bench --read [MiB]    the read probe's patterns, one thread and all
+//   build/bench/gemv_bench --overlap [MiB] a streaming read with 0-32 FMAs per 64 bytes, all
+//                                           threads: its rate alone (in L1) and its share of
+//                                           the read from memory (turns, as --turns)
 //   build/bench/gemv_bench --attention     decode attention over 1k-32k cached positions, one thread,
 //                                           exact and bf16 products; then from memory on 2 threads
 //                                           in the pool's layout (a plane per head) and the former one
@@ -655,6 +658,69 @@ int Bf16Mode(int64_t total) {
 
 // Read patterns (`gemv_bench --read [MiB]`): one thread and all threads, 1-8 streams,
 // with and without prefetching: which the bandwidth probe should take.
+// How much of the read bandwidth a streaming loop keeps as it computes more per byte
+// (`gemv_bench --overlap [MiB]`, all threads): m2::ReadWithFmas with 0-32 FMAs per 64
+// bytes. For each count, "alone" is the loop over a buffer in L1 (its rate were memory
+// free: the compute ceiling), then turns of read / loop from memory / read as in --turns.
+// A decode GEMV is such a loop: where its compute ceiling is not well above the read, the
+// core does not hide the reads behind the arithmetic, and no kernel reaches the read.
+int OverlapMode(int64_t total) {
+  m2::ThreadPool& pool = m2::ThreadPool::Global();
+  const ReadBuffer buf(total);
+  const int64_t n = static_cast<int64_t>(buf.size());
+  constexpr int64_t kL1Floats = 4096;  // 16 KiB per thread
+  std::vector<float> l1(static_cast<size_t>(kL1Floats * pool.size()), 1.0f);
+  std::vector<double> sink(static_cast<size_t>(pool.size()));
+  const auto loop = [&](int fmas) {  // from memory, bytes per second
+    const auto t0 = Clock::now();
+    pool.ParallelFor(n, 4096, [&](int64_t b, int64_t e, int th) {
+      sink[static_cast<size_t>(th)] += m2::ReadWithFmas(buf.data() + b, e - b, fmas);
+    });
+    return static_cast<double>(n) * sizeof(float) / Seconds(t0);
+  };
+  const auto alone = [&](int fmas) {  // in L1: the same bytes' worth of loop, bytes per second
+    const int64_t reps = std::max<int64_t>(1, n / (kL1Floats * pool.size()));
+    const auto t0 = Clock::now();
+    pool.ParallelFor(pool.size(), 1, [&](int64_t b, int64_t e, int th) {
+      for (int64_t t = b; t < e; ++t)
+        for (int64_t r = 0; r < reps; ++r)
+          sink[static_cast<size_t>(th)] += m2::ReadWithFmas(l1.data() + t * kL1Floats, kL1Floats, fmas);
+    });
+    return static_cast<double>(reps * kL1Floats * pool.size()) * sizeof(float) / Seconds(t0);
+  };
+  std::printf("%d threads, %s kernels, %lld MiB; FMAs per 64 bytes read: the loop alone (in L1), and from memory "
+              "against a read of the same bytes (turns: read, loop, read)\n",
+              pool.size(), m2::ActiveKernelsName(), static_cast<long long>(total >> 20));
+  std::printf("%6s %14s %16s %14s %22s\n", "FMAs", "alone GB/s", "alone / read", "of the read", "faster half of turns");
+  for (const int fmas : m2::kReadFmaCounts) {
+    double best_alone = 0;
+    for (int r = 0; r < 3; ++r) best_alone = std::max(best_alone, alone(fmas));
+    std::vector<double> ratios, reads;
+    double before = m2::MeasureReadBandwidth(pool, buf.data(), n, 1);
+    for (int turn = 0; turn < 6; ++turn) {
+      const double k = loop(fmas), after = m2::MeasureReadBandwidth(pool, buf.data(), n, 1);
+      reads.push_back(0.5 * (before + after));
+      ratios.push_back(k / reads.back());
+      before = after;
+    }
+    std::vector<size_t> order(ratios.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return reads[a] > reads[b]; });
+    std::vector<double> fast, sorted = ratios, sorted_reads = reads;
+    for (size_t i = 0; i < order.size() / 2; ++i) fast.push_back(ratios[order[i]]);
+    std::sort(fast.begin(), fast.end());
+    std::sort(sorted.begin(), sorted.end());
+    std::sort(sorted_reads.begin(), sorted_reads.end());
+    const double read = sorted_reads[sorted_reads.size() / 2];
+    std::printf("%6d %14.1f %15.1fx %13.0f%% %12.0f%% (reads %.0f-%.0f GB/s)\n", fmas, best_alone / 1e9,
+                best_alone / read, 100 * sorted[sorted.size() / 2], 100 * fast[fast.size() / 2],
+                reads[order[order.size() / 2 - 1]] / 1e9, reads[order[0]] / 1e9);
+  }
+  double total_sink = 0;
+  for (double v : sink) total_sink += v;
+  return total_sink == 1.5 ? 1 : 0;  // never: keeps the loops' results alive
+}
+
 int ReadMode(int64_t total) {
   const ReadBuffer buf(total);
   m2::ThreadPool one(1);
@@ -750,6 +816,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--attention") == 0) return AttentionMode();
   if (argc > 1 && std::strcmp(argv[1], "--small") == 0) return SmallMode();
   if (argc > 1 && std::strcmp(argv[1], "--bf16") == 0) return Bf16Mode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
+  if (argc > 1 && std::strcmp(argv[1], "--overlap") == 0) return OverlapMode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
   if (argc > 1 && std::strcmp(argv[1], "--read") == 0) return ReadMode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
   if (argc > 1 && std::strcmp(argv[1], "--batch") == 0) return BatchMode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
   if (argc > 1 && std::strcmp(argv[1], "--gemm") == 0) {  // --gemm [MiB [fp8-block|q8|q4]]

@@ -116,6 +116,28 @@ double ReadStreams(const float* p, int64_t n, int streams, bool prefetch) {
   }
 }
 
+double ReadWithFmas(const float* p, int64_t n, int fmas) {
+  M2_CHECK(std::find(std::begin(kReadFmaCounts), std::end(kReadFmaCounts), fmas) != std::end(kReadFmaCounts),
+           "ReadWithFmas: {} FMAs per 64 bytes (one of 0, 4, 8, 12, 16, 20, 24, 32)", fmas);
+  switch (ActiveIsa()) {
+    case KernelIsa::kAvx512: return ReadWithFmasAvx512(p, n, fmas);
+    case KernelIsa::kAvx2: return ReadWithFmasAvx2(p, n, fmas);
+    default: {  // portable: 8 scalar chains, `fmas` steps of each per 64 bytes
+      float f[8] = {1, 1.01f, 1.02f, 1.03f, 1.04f, 1.05f, 1.06f, 1.07f};
+      double s = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        int32_t b;
+        std::memcpy(&b, p + i, sizeof b);
+        s += static_cast<double>(b);
+        if (i % 16 == 15)
+          for (int k = 0; k < fmas; ++k) f[k % 8] = f[k % 8] * 0.999999f + 1e-7f;
+      }
+      for (float v : f) s += v;
+      return s;
+    }
+  }
+}
+
 double ReadPatternBandwidth(ThreadPool& pool, const float* buf, int64_t n, int streams, bool prefetch) {
   std::vector<double> sums(static_cast<size_t>(pool.size()));  // keeps the reads alive
   const auto t0 = std::chrono::steady_clock::now();

@@ -33,6 +33,16 @@ double ReadPatternBandwidth(ThreadPool& pool, const float* buf, int64_t n, int s
 // multi-stream read out flattered every ratio to it).
 double MeasureReadBandwidth(ThreadPool& pool, const float* buf, int64_t n, int rounds);
 
+// A streaming read of n floats (as ReadAll, no prefetch) that also runs `fmas` fp32 FMAs of
+// the kernel family's width, on 8 independent chains, for every 64 bytes: how much of the
+// read bandwidth a loop with that much compute per byte keeps, i.e. how well the core
+// overlaps a decode GEMV's arithmetic with its memory reads (gemv_bench --overlap). fmas:
+// one of kReadFmaCounts, else an error naming them.
+inline constexpr int kReadFmaCounts[] = {0, 4, 8, 12, 16, 20, 24, 32};
+double ReadWithFmas(const float* p, int64_t n, int fmas);
+double ReadWithFmasAvx512(const float* p, int64_t n, int fmas);
+double ReadWithFmasAvx2(const float* p, int64_t n, int fmas);
+
 double ReadAllAvx512(const float* p, int64_t n, bool prefetch);
 double ReadStreamsAvx512(const float* p, int64_t n, int streams, bool prefetch);
 double ReadStreamsAvx2(const float* p, int64_t n, int streams, bool prefetch);

@@ -11,5 +11,6 @@ double ReadAllAvx2(const float* p, int64_t n, bool prefetch) {
 double ReadStreamsAvx2(const float* p, int64_t n, int streams, bool prefetch) {
   return avx2::ReadStreamsAny(p, n, streams, prefetch);
 }
+double ReadWithFmasAvx2(const float* p, int64_t n, int fmas) { return avx2::ReadWithFmasAny(p, n, fmas); }
 double FmaBurstAvx2(int64_t iters) { return avx2::FmaBurstSimd(iters); }
 }  // namespace m2

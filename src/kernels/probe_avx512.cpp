@@ -11,5 +11,6 @@ double ReadAllAvx512(const float* p, int64_t n, bool prefetch) {
 double ReadStreamsAvx512(const float* p, int64_t n, int streams, bool prefetch) {
   return avx512::ReadStreamsAny(p, n, streams, prefetch);
 }
+double ReadWithFmasAvx512(const float* p, int64_t n, int fmas) { return avx512::ReadWithFmasAny(p, n, fmas); }
 double FmaBurstAvx512(int64_t iters) { return avx512::FmaBurstSimd(iters); }
 }  // namespace m2

@@ -8,6 +8,7 @@
 
 #include "base/cpu.h"
 #include "kernels/ops.h"
+#include "kernels/probe.h"
 
 namespace m2 {
 namespace {
@@ -103,4 +104,30 @@ TEST(OpsTest, SiluMulEveryBuildMatchesTheFormula) {
 }
 
 }  // namespace
+// gemv_bench --overlap's loop (ReadWithFmas) reads every element it is given, whatever
+// the FMA count, the length and the build: with the same FMAs, a buffer of small integers
+// (as bits) sums to exactly their total more than a buffer of zeros does.
+TEST(OpsTest, ReadWithFmasReadsEveryElement) {
+  struct Build {
+    const char* name;
+    double (*fn)(const float*, int64_t, int);
+  };
+  std::vector<Build> builds = {{"dispatch", ReadWithFmas}};
+  if (Cpu().has_avx2()) builds.push_back({"avx2", ReadWithFmasAvx2});
+  if (Cpu().has_avx512()) builds.push_back({"avx512", ReadWithFmasAvx512});
+  std::vector<float> data(1000), zeros(1000, 0.0f);
+  for (size_t i = 0; i < data.size(); ++i) {
+    const int32_t bits = static_cast<int32_t>(i % 97) + 1;
+    std::memcpy(&data[i], &bits, sizeof bits);
+  }
+  for (const Build& b : builds)
+    for (const int fmas : kReadFmaCounts)
+      for (const int64_t n : {0, 1, 15, 16, 31, 32, 33, 100, 1000}) {
+        double want = 0;
+        for (int64_t i = 0; i < n; ++i) want += static_cast<double>(i % 97 + 1);
+        EXPECT_EQ(b.fn(data.data(), n, fmas) - b.fn(zeros.data(), n, fmas), want)
+            << b.name << ", " << fmas << " FMAs per 64 bytes, " << n << " floats";
+      }
+}
+
 }  // namespace m2
