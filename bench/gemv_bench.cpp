@@ -660,8 +660,8 @@ int Bf16Mode(int64_t total) {
 // with and without prefetching: which the bandwidth probe should take.
 // How much of the read bandwidth a streaming loop keeps as it computes more per byte
 // (`gemv_bench --overlap [MiB]`, all threads): m2::ReadWithFmas with 0-32 FMAs per 64
-// bytes. For each count, "alone" is the loop over a buffer in L1 (its rate were memory
-// free: the compute ceiling), then turns of read / loop from memory / read as in --turns.
+// bytes. For each count, turns of: the loop over a buffer in L1 ("alone": its rate were
+// memory free, the compute ceiling), a read, the loop from memory, a read (as --turns).
 // A decode GEMV is such a loop: where its compute ceiling is not well above the read, the
 // core does not hide the reads behind the arithmetic, and no kernel reaches the read.
 int OverlapMode(int64_t total) {
@@ -688,32 +688,36 @@ int OverlapMode(int64_t total) {
     });
     return static_cast<double>(reps * kL1Floats * pool.size()) * sizeof(float) / Seconds(t0);
   };
-  std::printf("%d threads, %s kernels, %lld MiB; FMAs per 64 bytes read: the loop alone (in L1), and from memory "
-              "against a read of the same bytes (turns: read, loop, read)\n",
+  std::printf("%d threads, %s kernels, %lld MiB; FMAs per 64 bytes read. Each turn: the loop alone (in L1), a read, "
+              "the loop from memory, a read; the loop's share of the mean of the reads around it, and its speed "
+              "alone over them (medians over 6 turns, and over the turns whose reads were in the faster half)\n",
               pool.size(), m2::ActiveKernelsName(), static_cast<long long>(total >> 20));
-  std::printf("%6s %14s %16s %14s %22s\n", "FMAs", "alone GB/s", "alone / read", "of the read", "faster half of turns");
+  std::printf("%6s %12s %14s %12s   %s\n", "FMAs", "alone GB/s", "alone / read", "of the read",
+              "faster half: of the read, alone / read (reads)");
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
   for (const int fmas : m2::kReadFmaCounts) {
-    double best_alone = 0;
-    for (int r = 0; r < 3; ++r) best_alone = std::max(best_alone, alone(fmas));
-    std::vector<double> ratios, reads;
+    // Per turn, so that the compute ceiling and the share come from the same minute (on a
+    // shared VM the cores' own speed changes from one minute to the next, as the memory's).
+    std::vector<double> alones, shares, over, reads;
     double before = m2::MeasureReadBandwidth(pool, buf.data(), n, 1);
     for (int turn = 0; turn < 6; ++turn) {
-      const double k = loop(fmas), after = m2::MeasureReadBandwidth(pool, buf.data(), n, 1);
+      const double a = alone(fmas), k = loop(fmas), after = m2::MeasureReadBandwidth(pool, buf.data(), n, 1);
       reads.push_back(0.5 * (before + after));
-      ratios.push_back(k / reads.back());
+      alones.push_back(a);
+      shares.push_back(k / reads.back());
+      over.push_back(a / reads.back());
       before = after;
     }
-    std::vector<size_t> order(ratios.size());
+    std::vector<size_t> order(reads.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return reads[a] > reads[b]; });
-    std::vector<double> fast, sorted = ratios, sorted_reads = reads;
-    for (size_t i = 0; i < order.size() / 2; ++i) fast.push_back(ratios[order[i]]);
-    std::sort(fast.begin(), fast.end());
-    std::sort(sorted.begin(), sorted.end());
-    std::sort(sorted_reads.begin(), sorted_reads.end());
-    const double read = sorted_reads[sorted_reads.size() / 2];
-    std::printf("%6d %14.1f %15.1fx %13.0f%% %12.0f%% (reads %.0f-%.0f GB/s)\n", fmas, best_alone / 1e9,
-                best_alone / read, 100 * sorted[sorted.size() / 2], 100 * fast[fast.size() / 2],
+    std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return reads[x] > reads[y]; });
+    std::vector<double> fast_shares, fast_over;
+    for (size_t i = 0; i < order.size() / 2; ++i) fast_shares.push_back(shares[order[i]]), fast_over.push_back(over[order[i]]);
+    std::printf("%6d %12.1f %13.1fx %11.0f%%   %.0f%%, %.1fx (%.0f-%.0f GB/s)\n", fmas, median(alones) / 1e9,
+                median(over), 100 * median(shares), 100 * median(fast_shares), median(fast_over),
                 reads[order[order.size() / 2 - 1]] / 1e9, reads[order[0]] / 1e9);
   }
   double total_sink = 0;
