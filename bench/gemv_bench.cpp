@@ -124,6 +124,15 @@ class ReadBuffer {
   m2::HugePageBuffer mem_;
 };
 
+// The turns of a --turns / --overlap run by the reads around them, fastest first: the
+// first half are "the faster half" (what a kernel gives where the memory is fast).
+std::vector<size_t> ByReadsFastestFirst(const std::vector<double>& reads) {
+  std::vector<size_t> order(reads.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return reads[a] > reads[b]; });
+  return order;
+}
+
 }  // namespace
 
 // Batched decode on all threads (`gemv_bench --batch [MiB]`): Linear() at 1-16 tokens
@@ -656,8 +665,6 @@ int Bf16Mode(int64_t total) {
   return 0;
 }
 
-// Read patterns (`gemv_bench --read [MiB]`): one thread and all threads, 1-8 streams,
-// with and without prefetching: which the bandwidth probe should take.
 // How much of the read bandwidth a streaming loop keeps as it computes more per byte
 // (`gemv_bench --overlap [MiB]`, all threads): m2::ReadWithFmas with 0-32 FMAs per 64
 // bytes. For each count, turns of: the loop over a buffer in L1 ("alone": its rate were
@@ -711,9 +718,7 @@ int OverlapMode(int64_t total) {
       over.push_back(a / reads.back());
       before = after;
     }
-    std::vector<size_t> order(reads.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return reads[x] > reads[y]; });
+    const std::vector<size_t> order = ByReadsFastestFirst(reads);
     std::vector<double> fast_shares, fast_over;
     for (size_t i = 0; i < order.size() / 2; ++i) fast_shares.push_back(shares[order[i]]), fast_over.push_back(over[order[i]]);
     std::printf("%6d %12.1f %13.1fx %11.0f%%   %.0f%%, %.1fx (%.0f-%.0f GB/s)\n", fmas, median(alones) / 1e9,
@@ -725,6 +730,8 @@ int OverlapMode(int64_t total) {
   return total_sink == 1.5 ? 1 : 0;  // never: keeps the loops' results alive
 }
 
+// Read patterns (`gemv_bench --read [MiB]`): one thread and all threads, 1-8 streams,
+// with and without prefetching: which the bandwidth probe should take.
 int ReadMode(int64_t total) {
   const ReadBuffer buf(total);
   m2::ThreadPool one(1);
@@ -801,9 +808,7 @@ int TurnsMode(int64_t total, const std::string& only) {
     std::vector<double> sorted = ratios;
     std::sort(sorted.begin(), sorted.end());
     // The turns whose reads were in the faster half: what a kernel gives where the memory is fast.
-    std::vector<size_t> order(ratios.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return reads[a] > reads[b]; });
+    const std::vector<size_t> order = ByReadsFastestFirst(reads);
     std::vector<double> fast;
     for (size_t i = 0; i < order.size() / 2; ++i) fast.push_back(ratios[order[i]]);
     std::sort(fast.begin(), fast.end());
