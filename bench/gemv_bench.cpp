@@ -23,6 +23,9 @@
 //   build/bench/gemv_bench --overlap [MiB] a streaming read with 0-32 FMAs per 64 bytes, all
 //                                           threads: its rate alone (in L1) and its share of
 //                                           the read from memory (turns, as --turns)
+//   build/bench/gemv_bench --moe [FORMAT]  MoE decode steps over M2's 256 experts (q4, q8
+//                                           or fp8-block): whole experts per thread against the
+//                                           rows jobs, taking turns between reads, all threads
 //   build/bench/gemv_bench --attention     decode attention over 1k-32k cached positions, one thread,
 //                                           exact and bf16 products; then from memory on 2 threads
 //                                           in the pool's layout (a plane per head) and the former one
@@ -55,6 +58,7 @@
 #include "kernels/linear_int8.h"
 #include "kernels/linear_int16.h"
 #include "kernels/probe.h"
+#include "model/layers.h"
 
 namespace {
 
@@ -820,8 +824,105 @@ int TurnsMode(int64_t total, const std::string& only) {
   return 0;
 }
 
+// MoE decode steps (`gemv_bench --moe [q4|q8|fp8-block]`): one token at a time through
+// M2's 256 experts (W1 / W3 1536 x 3072, W2 3072 x 1536; top 8, so each step reads 8
+// experts, nearly all from memory), with the activation mode `auto` gives the format, all
+// threads. The two ways moe.cpp runs a decode chunk take turns: threads taking whole
+// experts, and every used expert's rows as two pool jobs; each between reads of the
+// experts' bytes, its GB/s (the used experts' bytes) over the mean of the reads around it.
+int MoeMode(const std::string& name) {
+  m2::ThreadPool& pool = m2::ThreadPool::Global();
+  const std::string fmt = name.empty() ? "q4" : name;
+  m2::WeightFormat f;
+  m2::ActivationMode mode = m2::ActivationMode::kExact;
+  if (fmt == "q4") {
+    f = m2::WeightFormat::kQ4;
+    if (m2::Int8GemmFor(f) != m2::Int8GemmKernel::kNone) mode = m2::ActivationMode::kInt8DecodeInt8Prefill;
+  } else if (fmt == "q8") {
+    f = m2::WeightFormat::kQ8;
+    if (m2::ActiveIsa() != m2::KernelIsa::kPortable) mode = m2::ActivationMode::kInt16Decode;
+  } else if (fmt == "fp8-block") {
+    f = m2::WeightFormat::kFp8Block;
+    if (m2::Bf16PrefillBeatsFp32(f)) mode = m2::ActivationMode::kBf16Prefill;
+  } else {
+    std::fprintf(stderr, "gemv_bench --moe FORMAT: FORMAT is q4, q8 or fp8-block, not '%s'\n", fmt.c_str());
+    return 2;
+  }
+  constexpr int64_t E = 256, Hd = 3072, I = 1536, K = 8;
+  m2::LinearWeight proto;
+  proto.format = f, proto.rows = I, proto.cols = Hd;
+  const int64_t mat = proto.bytes();
+  std::printf("building 256 experts of %s (%.0f MiB)...\n", fmt.c_str(), 3.0 * E * mat / (1 << 20));
+  Set up = Make(f, I, Hd, 2 * E * mat), down = Make(f, Hd, I, E * mat);
+  m2::ModelConfig cfg;
+  cfg.hidden_size = Hd, cfg.intermediate_size = I, cfg.num_local_experts = E, cfg.num_experts_per_tok = K;
+  m2::MoeWeights w;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> router(static_cast<size_t>(E * Hd));
+  for (float& v : router) v = nd(rng);
+  w.gate.format = m2::WeightFormat::kF32, w.gate.rows = E, w.gate.cols = Hd, w.gate.data = router.data();
+  for (int64_t e = 0; e < E; ++e) {
+    m2::ExpertWeights ex{up.mats[static_cast<size_t>(2 * e)], up.mats[static_cast<size_t>(2 * e + 1)], down.mats[static_cast<size_t>(e)]};
+    ex.w1.activations = ex.w3.activations = ex.w2.activations = mode;
+    w.experts.push_back(ex);
+  }
+  constexpr int kTokens = 64, kSteps = 32, kTurns = 12;
+  std::vector<float> xs(static_cast<size_t>(kTokens * Hd)), out(static_cast<size_t>(Hd));
+  for (float& v : xs) v = nd(rng);
+  m2::Scratch s;
+  const float* probe = reinterpret_cast<const float*>(up.data->data());
+  const int64_t probe_n = static_cast<int64_t>(up.data->size() / sizeof(float));
+  std::printf("%d threads, %s kernels, activations %s; each turn: read, %d steps whole experts, read, %d steps rows "
+              "jobs, read\n",
+              pool.size(), m2::ActiveKernelsName(),
+              mode == m2::ActivationMode::kExact ? "exact" : f == m2::WeightFormat::kQ4 ? "int8" : f == m2::WeightFormat::kQ8 ? "int16" : "bf16",
+              kSteps, kSteps);
+  const auto steps = [&](bool rows, int turn) {
+    m2::SetMoeRowsJobsForTesting(rows);
+    int64_t bytes = 0;
+    const auto t0 = Clock::now();
+    for (int k = 0; k < kSteps; ++k) {
+      const float* x = &xs[static_cast<size_t>(((turn * kSteps + k) % kTokens) * Hd)];
+      m2::MoeForward(cfg, w, 0, x, 1, out.data(), s, pool, nullptr, nullptr);
+      for (int32_t e : s.used) bytes += w.experts[e].w1.bytes() + w.experts[e].w3.bytes() + w.experts[e].w2.bytes();
+    }
+    return static_cast<double>(bytes) / Seconds(t0);
+  };
+  std::vector<double> ratio[2], reads[2];
+  double before = m2::MeasureReadBandwidth(pool, probe, probe_n, 1);
+  for (int turn = 0; turn < kTurns; ++turn) {
+    for (int rows = 0; rows < 2; ++rows) {
+      const double k = steps(rows == 1, turn);
+      const double after = m2::MeasureReadBandwidth(pool, probe, probe_n, 1);
+      reads[rows].push_back(0.5 * (before + after));
+      ratio[rows].push_back(k / reads[rows].back());
+      std::printf("  turn %2d %-14s %5.1f GB/s, reads %5.1f GB/s: %5.1f%%\n", turn, rows ? "rows jobs" : "whole experts",
+                  k / 1e9, reads[rows].back() / 1e9, 100 * ratio[rows].back());
+      std::fflush(stdout);
+      before = after;
+    }
+  }
+  m2::SetMoeRowsJobsForTesting(true);
+  for (int rows = 0; rows < 2; ++rows) {
+    std::vector<double> sorted = ratio[rows];
+    std::sort(sorted.begin(), sorted.end());
+    const std::vector<size_t> order = ByReadsFastestFirst(reads[rows]);
+    std::vector<double> fast;
+    for (size_t i = 0; i < order.size() / 2; ++i) fast.push_back(ratio[rows][order[i]]);
+    std::sort(fast.begin(), fast.end());
+    std::printf("%-14s of the read: median %.1f%% [%.1f-%.1f%%], in the faster half of the turns (reads %.0f-%.0f GB/s) "
+                "%.1f%%\n",
+                rows ? "rows jobs" : "whole experts", 100 * sorted[sorted.size() / 2], 100 * sorted.front(),
+                100 * sorted.back(), reads[rows][order[order.size() / 2 - 1]] / 1e9, reads[rows][order[0]] / 1e9,
+                100 * fast[fast.size() / 2]);
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--turns") == 0) return TurnsMode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20, argc > 3 ? argv[3] : "");
+  if (argc > 1 && std::strcmp(argv[1], "--moe") == 0) return MoeMode(argc > 2 ? argv[2] : "");
   if (argc > 1 && std::strcmp(argv[1], "--attention") == 0) return AttentionMode();
   if (argc > 1 && std::strcmp(argv[1], "--small") == 0) return SmallMode();
   if (argc > 1 && std::strcmp(argv[1], "--bf16") == 0) return Bf16Mode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);

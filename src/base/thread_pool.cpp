@@ -133,7 +133,7 @@ void ThreadPool::WaitForChunks() {
   caller_sleeping_.store(0);
 }
 
-void ThreadPool::Run(int64_t n, int64_t grain, Trampoline call, const void* fn) {
+void ThreadPool::Run(int64_t n, int64_t grain, int chunks_per_thread, Trampoline call, const void* fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
   const int64_t units = (n + grain - 1) / grain;
@@ -142,8 +142,9 @@ void ThreadPool::Run(int64_t n, int64_t grain, Trampoline call, const void* fn) 
     call(fn, 0, n, 0);
     return;
   }
-  const int64_t per = (units + threads * int64_t{kChunksPerThread} - 1) / (threads * int64_t{kChunksPerThread});
-  const int64_t chunks = (units + per - 1) / per;  // <= 4 * 4096: fits the ticket's fields
+  const int64_t cpt = std::clamp<int64_t>(chunks_per_thread, 1, kMaxChunksPerThread);
+  const int64_t per = (units + threads * cpt - 1) / (threads * cpt);
+  const int64_t chunks = (units + per - 1) / per;  // <= 128 * 4096: fits the ticket's 20-bit fields
   call_ = call;
   job_ = fn;
   n_ = n;

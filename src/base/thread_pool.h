@@ -4,7 +4,8 @@
 // (the one-argument-less Linear() overload that tests and gemv_bench call).
 //
 // Work distribution. ParallelFor cuts [0, n) into chunks aligned to `grain` (about
-// kChunksPerThread per thread, fixed by n, grain and size() alone) and the threads take
+// kChunksPerThread per thread, or as many as ParallelForChunks asks; fixed by n, grain,
+// that count and size() alone) and the threads take
 // chunks one at a time from an atomic counter; the caller's thread takes chunks too. So a
 // thread whose core is busy with another process takes fewer chunks and the others take
 // the rest, and a worker that has not woken up by the time every chunk is taken does not
@@ -22,9 +23,9 @@
 // thread is running spins briefly, then yields its core, then sleeps.
 //
 // Determinism: which thread runs which chunk varies from call to call, but the chunk
-// boundaries do not (they depend on n, grain and size() only), and `thread` (the third
-// argument of fn) is the index of the thread running it: 0 for the caller, 1..size()-1
-// for the workers. A thread may run several chunks of one call, one after another, never
+// boundaries do not (they depend on n, grain, the chunk count asked for and size()
+// only), and `thread` (the third argument of fn) is the index of the thread running it:
+// 0 for the caller, 1..size()-1 for the workers. A thread may run several chunks of one call, one after another, never
 // two at once, so per-thread scratch indexed by `thread` is safe.
 #pragma once
 
@@ -52,10 +53,20 @@ class ThreadPool {
   // allocation per call for most lambdas).
   template <class Fn>
   void ParallelFor(int64_t n, int64_t grain, const Fn& fn) {
-    Run(n, grain, [](const void* f, int64_t b, int64_t e, int t) { (*static_cast<const Fn*>(f))(b, e, t); }, &fn);
+    Run(n, grain, kChunksPerThread, [](const void* f, int64_t b, int64_t e, int t) { (*static_cast<const Fn*>(f))(b, e, t); }, &fn);
   }
+  // As ParallelFor, with up to chunks_per_thread chunks per thread instead of
+  // kChunksPerThread (clamped to 1..kMaxChunksPerThread). For long jobs whose end must not
+  // wait on one big chunk: a decode step's output matrix, 650 MB on the M2 slice, was cut
+  // into 8 chunks of 80 MB, and a thread that finished first idled for 9-11% of the
+  // product's time in the minutes the memory is fast (linear.cpp, DecodeChunksPerThread).
+  template <class Fn>
+  void ParallelForChunks(int64_t n, int64_t grain, int chunks_per_thread, const Fn& fn) {
+    Run(n, grain, chunks_per_thread, [](const void* f, int64_t b, int64_t e, int t) { (*static_cast<const Fn*>(f))(b, e, t); }, &fn);
+  }
+  static constexpr int kMaxChunksPerThread = 128;  // 128 x 4096 threads fits the ticket
 
-  // Chunks a call is cut into: min(ceil(n / grain), size() * kChunksPerThread).
+  // Chunks a ParallelFor is cut into: about min(ceil(n / grain), size() * kChunksPerThread).
   static constexpr int kChunksPerThread = 4;
 
   // A process-wide pool for code outside the model's forward pass (sized by
@@ -65,7 +76,7 @@ class ThreadPool {
 
  private:
   using Trampoline = void (*)(const void* fn, int64_t begin, int64_t end, int thread);
-  void Run(int64_t n, int64_t grain, Trampoline call, const void* fn);
+  void Run(int64_t n, int64_t grain, int chunks_per_thread, Trampoline call, const void* fn);
   void WorkerLoop(int index);
   // Takes chunks of the current job and runs them until a claim comes back empty.
   // Returns the ticket of that empty claim (its generation is the job now current) and

@@ -123,9 +123,110 @@ void ReferenceRows(const LinearWeight& w, const float* x, int64_t n, float* y, i
     }
   }
 }
+
+// The fp32-activation one-pass kernels on rows [r0, r1): the SIMD ones where they take
+// the weight, else the reference.
+void ExactRows(const LinearWeight& w, const float* x, int64_t n, float* y, int64_t r0, int64_t r1, KernelIsa isa) {
+  bool done = false;
+  if (isa == KernelIsa::kAvx512) done = LinearRowsAvx512(w, x, n, y, r0, r1);
+  else if (isa == KernelIsa::kAvx2) done = LinearRowsAvx2(w, x, n, y, r0, r1);
+  if (!done) ReferenceRows(w, x, n, y, r0, r1);
+}
 }  // namespace
 
 void LinearReference(const LinearWeight& w, const float* x, int64_t n, float* y) { ReferenceRows(w, x, n, y, 0, w.rows); }
+
+int RowChunksPerThread(int64_t bytes, int threads, int64_t chunk_bytes) {
+  const int64_t chunks = bytes / (std::max(threads, 1) * std::max<int64_t>(chunk_bytes, 1));
+  return static_cast<int>(std::clamp<int64_t>(chunks, ThreadPool::kChunksPerThread, 64));
+}
+
+RowsInput::Kind RowsInput::KindFor(const LinearWeight& w, int64_t n) {
+  if (n < 1) return Kind::kNone;
+  const ActivationMode m = w.activations;
+  const bool int8_decode = m == ActivationMode::kInt8Decode || m == ActivationMode::kInt8DecodeBf16Prefill ||
+                           m == ActivationMode::kInt8DecodeInt8Prefill;
+  if (m == ActivationMode::kInt8 || (int8_decode && n <= kMaxGemvTokens)) return Kind::kInt8;
+  const bool int16_decode = m == ActivationMode::kInt16Decode || m == ActivationMode::kInt16DecodeBf16Prefill ||
+                            m == ActivationMode::kInt16DecodeInt16Prefill;
+  if (m == ActivationMode::kInt16 || (int16_decode && n <= kMaxGemvTokens)) return Kind::kInt16;
+  if (UsesBf16Gemv(w, n)) return Kind::kBf16;
+  return n <= kMaxGemvTokens ? Kind::kExact : Kind::kNone;
+}
+
+void RowsInput::Prepare(const LinearWeight& w, const float* x, int64_t n) {
+  M2_CHECK(w.valid(), "Linear on an empty weight");
+  M2_CHECK(w.activations != ActivationMode::kAuto, "Linear on a weight whose activation mode (auto) was never resolved");
+  kind_ = KindFor(w, n);
+  M2_CHECK(kind_ != Kind::kNone, "RowsInput: {} tokens on a {} weight take no one-pass kernel", n, WeightFormatName(w.format));
+  format_ = w.format, mode_ = w.activations, cols_ = w.cols, n_ = n, isa_ = ActiveIsa(), x_ = x;
+  Reserve(w, n);
+  const int64_t G = w.cols / kQuantGroup;
+  switch (kind_) {
+    case Kind::kInt8:
+      M2_CHECK(w.format == WeightFormat::kQ8 || w.format == WeightFormat::kQ4,
+               "int8 activations are for q8 / q4 weights, not {}", WeightFormatName(w.format));
+      if (isa_ != KernelIsa::kPortable) QuantizeActivationsInt8Avx2(x, n, w.cols, q8_.data(), d_.data(), d_.data() + n * G);
+      else QuantizeActivationsInt8(x, n, w.cols, q8_.data(), d_.data(), d_.data() + n * G);
+      break;
+    case Kind::kInt16:
+      M2_CHECK(w.format == WeightFormat::kQ8, "int16 activations are for q8 weights, not {}", WeightFormatName(w.format));
+      if (isa_ != KernelIsa::kPortable) QuantizeActivationsInt16Avx2(x, n, w.cols, q16_.data(), d_.data());
+      else QuantizeActivationsInt16(x, n, w.cols, q16_.data(), d_.data());
+      break;
+    case Kind::kBf16:
+      PackGemvBf16Avx512(x, n, w.cols, /*fp8_order=*/true, xb_.data());
+      break;
+    case Kind::kExact:
+    case Kind::kNone: break;
+  }
+}
+
+void RowsInput::Reserve(const LinearWeight& w, int64_t n) {
+  const auto size = [](auto& v, int64_t count) {
+    if (v.size() < static_cast<size_t>(count)) v.resize(static_cast<size_t>(count));
+  };
+  const int64_t G = w.cols / kQuantGroup;
+  switch (KindFor(w, n)) {
+    case Kind::kInt8: size(q8_, n * w.cols), size(d_, 2 * n * G); break;
+    case Kind::kInt16: size(q16_, n * w.cols), size(d_, n * G); break;
+    case Kind::kBf16: size(xb_, n * w.cols); break;
+    case Kind::kExact:
+    case Kind::kNone: break;
+  }
+}
+
+bool RowsInput::Serves(const LinearWeight& w) const {
+  return kind_ != Kind::kNone && w.format == format_ && w.activations == mode_ && w.cols == cols_ && KindFor(w, n_) == kind_;
+}
+
+void RowsInput::Rows(const LinearWeight& w, float* y, int64_t r0, int64_t r1) const {
+  M2_CHECK(Serves(w), "RowsInput prepared for a {} weight of width {}, used on a {} one of width {}",
+           WeightFormatName(format_), cols_, WeightFormatName(w.format), w.cols);
+  const int64_t G = w.cols / kQuantGroup;
+  switch (kind_) {
+    case Kind::kInt8: {
+      const Int8Activations a{.q = q8_.data(), .d = d_.data(), .c = d_.data() + n_ * G, .n = n_, .cols = w.cols};
+      Int8RowsKernelFor(isa_, Cpu(), w.format, n_)(w, a, y, r0, r1);
+      return;
+    }
+    case Kind::kInt16: {
+      const Int16Activations a{.q = q16_.data(), .d = d_.data(), .n = n_, .cols = w.cols};
+      Int16RowsKernel(isa_, Cpu())(w, a, y, r0, r1);
+      return;
+    }
+    case Kind::kBf16:
+      // Up to 4 tokens a pass (the kernel's width).
+      for (int64_t t0 = 0; t0 < n_; t0 += 4) {
+        const int64_t nt = std::min<int64_t>(4, n_ - t0);
+        M2_CHECK(GemvRowsBf16Avx512(w, xb_.data() + t0 * w.cols, nt, y + t0 * w.rows, r0, r1), "bf16 GEMV refused {} tokens", nt);
+      }
+      return;
+    case Kind::kExact: ExactRows(w, x_, n_, y, r0, r1, isa_); return;
+    case Kind::kNone: break;
+  }
+  M2_CHECK(false, "RowsInput::Rows before Prepare");
+}
 
 namespace {
 // xt[k][t] = x[t][k] for t < n, zero for n <= t < ntp. Eight token rows are read side by
@@ -151,40 +252,16 @@ void TransposeTokens(const float* x, int64_t n, int64_t K, float* xt, int64_t nt
 }  // namespace
 
 namespace {
-// The int8-activation path (linear_int8.h): x quantized once by this thread, then the
-// rows spread over the pool. Int8RowsKernelFor picks the kernel (the portable ISA: the
-// reference); the format was checked by the caller.
-void LinearInt8On(const LinearWeight& w, const float* x, int64_t n, float* y, ThreadPool* pool, KernelIsa isa) {
-  const int64_t G = w.cols / kQuantGroup;
-  thread_local std::vector<int8_t> q;
-  thread_local std::vector<float> dc;
-  if (q.size() < static_cast<size_t>(n * w.cols)) q.resize(static_cast<size_t>(n * w.cols));
-  if (dc.size() < static_cast<size_t>(2 * n * G)) dc.resize(static_cast<size_t>(2 * n * G));
-  if (isa != KernelIsa::kPortable) QuantizeActivationsInt8Avx2(x, n, w.cols, q.data(), dc.data(), dc.data() + n * G);
-  else QuantizeActivationsInt8(x, n, w.cols, q.data(), dc.data(), dc.data() + n * G);
-  const Int8Activations a{.q = q.data(), .d = dc.data(), .c = dc.data() + n * G, .n = n, .cols = w.cols};
-  const Int8RowsFn kernel = Int8RowsKernelFor(isa, Cpu(), w.format, n);
-  const auto body = [&, a](int64_t r0, int64_t r1, int) { kernel(w, a, y, r0, r1); };
-  if (pool != nullptr) pool->ParallelFor(w.rows, 16, body);
-  else body(0, w.rows, 0);
-}
-
-// The int16-activation path (linear_int16.h): as the int8 one above, x quantized once by
-// this thread, then the rows spread over the pool.
-void LinearInt16On(const LinearWeight& w, const float* x, int64_t n, float* y, ThreadPool* pool, KernelIsa isa) {
-  const int64_t G = w.cols / kQuantGroup;
-  thread_local std::vector<int16_t> q;
-  thread_local std::vector<float> d;
-  if (q.size() < static_cast<size_t>(n * w.cols)) q.resize(static_cast<size_t>(n * w.cols));
-  if (d.size() < static_cast<size_t>(n * G)) d.resize(static_cast<size_t>(n * G));
-  if (isa != KernelIsa::kPortable) QuantizeActivationsInt16Avx2(x, n, w.cols, q.data(), d.data());
-  else QuantizeActivationsInt16(x, n, w.cols, q.data(), d.data());
-  const Int16Activations a{.q = q.data(), .d = d.data(), .n = n, .cols = w.cols};
-  const Int16RowsFn kernel = Int16RowsKernel(isa, Cpu());
-  const auto body = [&, a](int64_t r0, int64_t r1, int) { kernel(w, a, y, r0, r1); };
-  if (pool != nullptr) pool->ParallelFor(w.rows, 16, body);
-  else body(0, w.rows, 0);
-}
+// Chunks per thread for a one-pass product (decode): about kDecodeChunkBytes of weights
+// each, at least the pool's usual 4 and at most 64 per thread. The threads take chunks
+// from a counter, so the one that finishes first waits at most one chunk for the other:
+// the M2 slice's output matrix (650 MB) in 8 chunks of 80 MB left a thread idle for 9-11%
+// of the product's time in the minutes this VM's memory is fast (3-4% in slow ones); in
+// chunks of 5 MB, under 1% (`m2 bench -m m2-q4-lmq8 --context 128`, a wait-measuring pool,
+// 8 alternating rounds). The boundaries move, the bits do not: each row is computed whole
+// by one thread either way.
+constexpr int64_t kDecodeChunkBytes = int64_t{2} << 20;
+int DecodeChunksPerThread(const LinearWeight& w, int threads) { return RowChunksPerThread(w.bytes(), threads, kDecodeChunkBytes); }
 
 // The int16 prefill GEMM: tokens in chunks of 128, each quantized into tiles (spread over
 // the pool by tokens), then the rows spread over the pool in whole panels.
@@ -328,34 +405,10 @@ void LinearExactOn(const LinearWeight& w, const float* x, int64_t n, float* y, T
     }
     return;
   }
-  const auto body = [&](int64_t r0, int64_t r1, int) {
-    bool done = false;
-    if (isa == KernelIsa::kAvx512) done = LinearRowsAvx512(w, x, n, y, r0, r1);
-    else if (isa == KernelIsa::kAvx2) done = LinearRowsAvx2(w, x, n, y, r0, r1);
-    if (!done) ReferenceRows(w, x, n, y, r0, r1);
-  };
-  if (parallel) pool->ParallelFor(w.rows, 16, body);
+  const auto body = [&](int64_t r0, int64_t r1, int) { ExactRows(w, x, n, y, r0, r1, isa); };
+  if (parallel) pool->ParallelForChunks(w.rows, 16, DecodeChunksPerThread(w, pool->size()), body);
   else body(0, w.rows, 0);
 }
-// Decode steps of FP8 weights with bf16 activations (linear_bf16.h, GemvRowsBf16Avx512):
-// x rounded to bf16 and reordered once by this thread, then the rows spread over the pool,
-// up to 4 tokens per pass.
-void LinearBf16GemvOn(const LinearWeight& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
-  thread_local std::vector<uint16_t> xb;
-  if (xb.size() < static_cast<size_t>(n * w.cols)) xb.resize(static_cast<size_t>(n * w.cols));
-  PackGemvBf16Avx512(x, n, w.cols, /*fp8_order=*/true, xb.data());
-  const uint16_t* xbp = xb.data();  // a thread_local named in the lambda would be the worker's own
-  for (int64_t t0 = 0; t0 < n; t0 += 4) {
-    const int64_t nt = std::min<int64_t>(4, n - t0);
-    const auto body = [&, xbp](int64_t r0, int64_t r1, int) {
-      M2_CHECK(GemvRowsBf16Avx512(w, xbp + t0 * w.cols, nt, y + t0 * w.rows, r0, r1), "bf16 GEMV refused {} tokens",
-               nt);
-    };
-    if (pool != nullptr) pool->ParallelFor(w.rows, 16, body);
-    else body(0, w.rows, 0);
-  }
-}
-
 // pool == nullptr: everything on the calling thread. The activation mode is decided here,
 // on the whole product's token count (the exact path splits it into smaller ones).
 void LinearOn(const LinearWeight& w, const float* x, int64_t n, float* y, ThreadPool* pool_or_null) {
@@ -363,24 +416,19 @@ void LinearOn(const LinearWeight& w, const float* x, int64_t n, float* y, Thread
   M2_CHECK(w.activations != ActivationMode::kAuto, "Linear on a weight whose activation mode (auto) was never resolved");
   if (UsesInt8Gemm(w, n)) return LinearInt8GemmOn(w, x, n, y, pool_or_null);
   if (UsesInt16Gemm(w, n)) return LinearInt16GemmOn(w, x, n, y, pool_or_null);
-  const bool int8_decode = w.activations == ActivationMode::kInt8Decode ||
-                           w.activations == ActivationMode::kInt8DecodeBf16Prefill ||
-                           w.activations == ActivationMode::kInt8DecodeInt8Prefill;
-  // The decode kernels below: the pool only for products big enough to pay for it.
-  const bool par = pool_or_null != nullptr && pool_or_null->size() > 1 && w.rows * w.cols * n >= (1 << 16);
-  if (n > 0 && (w.activations == ActivationMode::kInt8 || (int8_decode && n <= kMaxGemvTokens))) {
-    M2_CHECK(w.format == WeightFormat::kQ8 || w.format == WeightFormat::kQ4,
-             "int8 activations are for q8 / q4 weights, not {}", WeightFormatName(w.format));
-    return LinearInt8On(w, x, n, y, par ? pool_or_null : nullptr, ActiveIsa());
+  // The one-pass kernels on prepared input (int8 / int16 / bf16 activations): x prepared
+  // once by this thread, then the rows spread over the pool (only for products big enough
+  // to pay for it), in chunks of about kDecodeChunkBytes.
+  if (const RowsInput::Kind kind = RowsInput::KindFor(w, n); kind != RowsInput::Kind::kNone && kind != RowsInput::Kind::kExact) {
+    thread_local RowsInput in;
+    in.Prepare(w, x, n);
+    const RowsInput* ip = &in;  // a thread_local named in the lambda would be the worker's own
+    const auto body = [&, ip](int64_t r0, int64_t r1, int) { ip->Rows(w, y, r0, r1); };
+    const bool par = pool_or_null != nullptr && pool_or_null->size() > 1 && w.rows * w.cols * n >= (1 << 16);
+    if (par) pool_or_null->ParallelForChunks(w.rows, 16, DecodeChunksPerThread(w, pool_or_null->size()), body);
+    else body(0, w.rows, 0);
+    return;
   }
-  const bool int16_decode = w.activations == ActivationMode::kInt16Decode ||
-                            w.activations == ActivationMode::kInt16DecodeBf16Prefill ||
-                            w.activations == ActivationMode::kInt16DecodeInt16Prefill;
-  if (n > 0 && (w.activations == ActivationMode::kInt16 || (int16_decode && n <= kMaxGemvTokens))) {
-    M2_CHECK(w.format == WeightFormat::kQ8, "int16 activations are for q8 weights, not {}", WeightFormatName(w.format));
-    return LinearInt16On(w, x, n, y, par ? pool_or_null : nullptr, ActiveIsa());
-  }
-  if (n > 0 && UsesBf16Gemv(w, n)) return LinearBf16GemvOn(w, x, n, y, par ? pool_or_null : nullptr);
   LinearExactOn(w, x, n, y, pool_or_null);
 }
 

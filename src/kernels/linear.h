@@ -5,6 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
+
+#include "base/cpu.h"
 
 namespace m2 {
 
@@ -149,6 +152,51 @@ inline void PrefetchNextPasses(const void* p, int64_t pass_bytes) {
 // Linear on the calling thread only, for callers that spread work over the pool at a
 // coarser grain (the MoE gives each thread whole experts).
 void LinearOnThisThread(const LinearWeight& w, const float* x, int64_t n, float* y);
+
+// One-pass products (decode steps: 1..kMaxGemvTokens tokens) cut by rows, for a caller
+// that spreads several products' rows over the pool as one job (the MoE runs all its
+// chosen experts' W1 and W3 rows as one job, then all their W2 rows as another, so that no
+// thread waits at the end for another's whole expert). Prepare() readies x [n, w.cols] on
+// the calling thread as LinearOn would for this weight and n (quantized per group to int8
+// or int16, rounded to bf16, or the fp32 kept by address: x must then outlive the calls
+// to Rows), and Rows() runs rows [r0, r1) on any thread, writing y[t * w.rows + r] for
+// every token t. The same bits as LinearOnPool on any pool: each row is computed whole by
+// one kernel call, with r0 and r1 multiples of 16 as the pool's chunks are (or the end).
+class RowsInput {
+ public:
+  static bool Applies(int64_t n) { return n >= 1 && n <= kMaxGemvTokens; }
+  void Prepare(const LinearWeight& w, const float* x, int64_t n);
+  // Grows the buffers Prepare(w, x, n) needs, so that a later Prepare of up to n tokens
+  // for a weight like w allocates nothing (warm decode steps allocate nothing).
+  void Reserve(const LinearWeight& w, int64_t n);
+  // Whether this preparation serves w as well (the same format, activation mode and
+  // width): W1 and W3 share their input.
+  bool Serves(const LinearWeight& w) const;
+  void Rows(const LinearWeight& w, float* y, int64_t r0, int64_t r1) const;
+  int64_t tokens() const { return n_; }
+
+  // The kernel LinearOn takes for (w, n) where it reads prepared input by rows: int8 or
+  // int16 activations (any n in the modes that give them to every token), the bf16 decode
+  // kernel, the fp32 one-pass kernels (up to kMaxGemvTokens tokens); kNone otherwise.
+  enum class Kind : uint8_t { kNone, kInt8, kInt16, kBf16, kExact };
+  static Kind KindFor(const LinearWeight& w, int64_t n);
+
+ private:
+  Kind kind_ = Kind::kNone;
+  WeightFormat format_ = WeightFormat::kF32;
+  ActivationMode mode_ = ActivationMode::kExact;
+  int64_t cols_ = 0, n_ = 0;
+  KernelIsa isa_ = KernelIsa::kPortable;
+  const float* x_ = nullptr;
+  std::vector<int8_t> q8_;
+  std::vector<int16_t> q16_;
+  std::vector<float> d_;  // group scales (int8: then the groups' sums, at d_ + n * groups)
+  std::vector<uint16_t> xb_;
+};
+
+// Chunks per thread for a product of `bytes` of weights cut into chunks of about
+// chunk_bytes: at least ThreadPool::kChunksPerThread, at most 64.
+int RowChunksPerThread(int64_t bytes, int threads, int64_t chunk_bytes);
 
 // ya = x a^T and yb = x b^T, the same bits as two calls; where both weights take the int8
 // prefill GEMM (one format, one input width) the tokens are quantized and packed once for

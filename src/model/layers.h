@@ -2,7 +2,9 @@
 // run on the pool they are given (the model's), never on a global one.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "base/thread_pool.h"
@@ -82,6 +84,14 @@ struct Scratch {
     std::vector<float> gathered, gate, up, down;
   };
   std::vector<ExpertThread> expert_threads;
+  // The one-pass MoE (decode chunks; moe.cpp, ExpertsByRows): per slot of a used expert
+  // (s.used order), the prepared inputs of its W1, W3 (where W1's do not serve it) and W2,
+  // its first row in the flat buffers, and its rows done (W1 and W3, then W2).
+  std::vector<RowsInput> rows_in1, rows_in3, rows_in2;
+  std::vector<int64_t> rows_first;
+  std::vector<float> rows_gathered, rows_gate, rows_up, rows_down;
+  std::unique_ptr<std::atomic<int64_t>[]> rows_done;
+  int64_t rows_done_size = 0;
   std::vector<std::vector<float>> attn_scores;  // per pool thread slot
   std::vector<int64_t> attn_tiles;               // first token of each query tile, then n
   // Lightning layers.
@@ -112,10 +122,15 @@ void LightningForward(const ModelConfig& cfg, const LightningWeights& w, int64_t
 // chosen expert's weights are read once per batch (per chunk of kMoeChunkTokens). When
 // there are enough experts with tokens, the pool's threads take whole experts (no
 // synchronisation per matrix); otherwise each expert's rows are split over the threads.
+// A chunk of up to kMaxGemvTokens tokens (decode) on several threads runs every used
+// expert's W1 and W3 rows as one pool job and every W2 row as a second (moe.cpp).
 // Either way each token sums its experts' outputs in expert-index order, so the result
 // does not depend on the thread count. `par` (a split model): this rank runs its own
 // experts, the outputs of all are gathered, and every rank forms the same sums.
 void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int64_t layer, const float* x, int64_t n, float* out,
                 Scratch& s, ThreadPool& pool, Parallel* par, Tracer* trace);
+// Off: decode chunks take whole experts per thread (or rows per matrix) as prefill chunks
+// do, instead of the two row jobs (for gemv_bench --moe and the tests; on by default).
+void SetMoeRowsJobsForTesting(bool on);
 
 }  // namespace m2

@@ -19,6 +19,140 @@
 
 namespace m2 {
 
+namespace {
+std::atomic<bool> g_moe_rows_jobs{true};
+}  // namespace
+void SetMoeRowsJobsForTesting(bool on) { g_moe_rows_jobs.store(on, std::memory_order_relaxed); }
+
+namespace {
+// Chunks of the one-pass MoE's two jobs: about this many bytes of weights each (an
+// expert's matrix of M2 in q4 is 2.65 MB). Each chunk a thread takes starts a stream of
+// its own, and starting one costs: `gemv_bench --moe q4` (256 experts, 2 threads) in the
+// minutes the memory is fast read 73-75% of the read in chunks of 512 KiB against 79-81%
+// for whole experts per thread, and 76-84% in chunks of 2 MiB.
+constexpr int64_t kMoeRowChunkBytes = int64_t{2} << 20;
+
+// A chunk of up to kMaxGemvTokens tokens on several threads (decode steps): the rows of
+// every used expert's W1 and W3 as one pool job, then the rows of every W2 as a second,
+// each in chunks of about kMoeRowChunkBytes taken from a counter. When threads took whole
+// experts, one that finished first waited up to an expert for the other (a single-stream
+// step of M2 runs 8 experts a layer: 2-7% of their time idle in a 2-thread decode); with
+// few experts and many threads each matrix was a pool job of its own (3 waits per expert).
+// The thread that finishes an expert's last W1 / W3 rows forms silu(gate) * up and
+// prepares it for W2; the one that finishes its last W2 rows copies them out. The same bits
+// as the other paths: every row of every product is computed whole by one kernel call
+// (RowsInput).
+void ExpertsByRows(const MoeWeights& w, const float* x, int64_t c0, int64_t c1, int64_t K, int64_t Hd, int64_t I,
+                   Scratch& s, ThreadPool& pool) {
+  const int64_t used = static_cast<int64_t>(s.used.size()), p0 = c0 * K, tokens = c1 - c0;
+  const auto pairs_of = [&](int64_t i) {
+    const int64_t e = s.used[static_cast<size_t>(i)];
+    return std::span<const int32_t>(s.pair_flat.data() + s.expert_start[e],
+                                    static_cast<size_t>(s.expert_start[e + 1] - s.expert_start[e]));
+  };
+  // Slots for as many experts as the chunk can use, each reserved for every token of it,
+  // so a warm step of the same size allocates nothing whatever the routing.
+  const int64_t slots = std::min<int64_t>(static_cast<int64_t>(w.experts.size()), tokens * K);
+  if (static_cast<int64_t>(s.rows_in1.size()) < slots) {
+    s.rows_in1.resize(static_cast<size_t>(slots));
+    s.rows_in3.resize(static_cast<size_t>(slots));
+    s.rows_in2.resize(static_cast<size_t>(slots));
+  }
+  if (s.rows_done_size < 2 * slots) {
+    s.rows_done = std::make_unique<std::atomic<int64_t>[]>(static_cast<size_t>(2 * slots));
+    s.rows_done_size = 2 * slots;
+  }
+  s.rows_first.resize(static_cast<size_t>(slots + 1));
+  s.rows_gathered.resize(static_cast<size_t>(tokens * K * Hd));
+  s.rows_gate.resize(static_cast<size_t>(tokens * K * I));
+  s.rows_up.resize(static_cast<size_t>(tokens * K * I));
+  s.rows_down.resize(static_cast<size_t>(tokens * K * Hd));
+
+  // Each slot's first row in the flat buffers, its input for W1 (and W3), and the counts.
+  const RowsInput* in1[kMaxGemvTokens * kMaxExpertsPerToken];
+  const RowsInput* in3[kMaxGemvTokens * kMaxExpertsPerToken];
+  int64_t first = 0;
+  for (int64_t i = 0; i < used; ++i) {
+    const ExpertWeights& ex = w.experts[s.used[static_cast<size_t>(i)]];
+    const auto pairs = pairs_of(i);
+    const auto m = static_cast<int64_t>(pairs.size());
+    s.rows_first[static_cast<size_t>(i)] = first;
+    auto& r1 = s.rows_in1[static_cast<size_t>(i)];
+    auto& r3 = s.rows_in3[static_cast<size_t>(i)];
+    r1.Reserve(ex.w1, tokens), r3.Reserve(ex.w3, tokens), s.rows_in2[static_cast<size_t>(i)].Reserve(ex.w2, tokens);
+    if (tokens == 1 && i > 0 && s.rows_in1[0].Serves(ex.w1)) {
+      in1[i] = &s.rows_in1[0];  // one token: every expert's input is that token, prepared once
+    } else {
+      const float* xi = x + c0 * Hd;
+      if (tokens > 1) {
+        float* g = &s.rows_gathered[static_cast<size_t>(first * Hd)];
+        for (int64_t r = 0; r < m; ++r) std::copy_n(x + (pairs[r] / K) * Hd, Hd, g + r * Hd);
+        xi = g;
+      }
+      r1.Prepare(ex.w1, xi, m);
+      in1[i] = &r1;
+    }
+    if (in1[i]->Serves(ex.w3)) {
+      in3[i] = in1[i];
+    } else {
+      r3.Prepare(ex.w3, tokens > 1 ? &s.rows_gathered[static_cast<size_t>(first * Hd)] : x + c0 * Hd, m);
+      in3[i] = &r3;
+    }
+    s.rows_done[2 * i].store(0, std::memory_order_relaxed);
+    s.rows_done[2 * i + 1].store(0, std::memory_order_relaxed);
+    first += m;
+  }
+  s.rows_first[static_cast<size_t>(used)] = first;
+  for (int64_t i = used; i < slots; ++i) {
+    const ExpertWeights& ex = w.experts[s.used[0]];  // the experts share their shapes and formats
+    s.rows_in1[static_cast<size_t>(i)].Reserve(ex.w1, tokens);
+    s.rows_in3[static_cast<size_t>(i)].Reserve(ex.w3, tokens);
+    s.rows_in2[static_cast<size_t>(i)].Reserve(ex.w2, tokens);
+  }
+
+  int64_t bytes13 = 0, bytes2 = 0;
+  for (int64_t i = 0; i < used; ++i) {
+    const ExpertWeights& ex = w.experts[s.used[static_cast<size_t>(i)]];
+    bytes13 += ex.w1.bytes() + ex.w3.bytes(), bytes2 += ex.w2.bytes();
+  }
+  const int threads = pool.size();
+  // Job 1: rows [0, used * 2I): slot i's W1 rows at 2iI, its W3 rows at (2i + 1)I.
+  pool.ParallelForChunks(used * 2 * I, 16, RowChunksPerThread(bytes13, threads, kMoeRowChunkBytes),
+                         [&](int64_t b, int64_t e, int) {
+    for (int64_t p = b; p < e;) {
+      const int64_t k = p / I, r0 = p - k * I, r1 = std::min(I, r0 + (e - p)), i = k / 2;
+      const ExpertWeights& ex = w.experts[s.used[static_cast<size_t>(i)]];
+      const int64_t f = s.rows_first[static_cast<size_t>(i)], m = s.rows_first[static_cast<size_t>(i) + 1] - f;
+      if (k % 2 == 0) in1[i]->Rows(ex.w1, &s.rows_gate[static_cast<size_t>(f * I)], r0, r1);
+      else in3[i]->Rows(ex.w3, &s.rows_up[static_cast<size_t>(f * I)], r0, r1);
+      if (s.rows_done[2 * i].fetch_add(r1 - r0, std::memory_order_acq_rel) + (r1 - r0) == 2 * I) {
+        float* g = &s.rows_gate[static_cast<size_t>(f * I)];
+        SiluMul(g, &s.rows_up[static_cast<size_t>(f * I)], m * I);
+        s.rows_in2[static_cast<size_t>(i)].Prepare(ex.w2, g, m);
+      }
+      p += r1 - r0;
+    }
+  });
+  // Job 2: rows [0, used * Hd): slot i's W2 rows at i * Hd.
+  pool.ParallelForChunks(used * Hd, 16, RowChunksPerThread(bytes2, threads, kMoeRowChunkBytes),
+                         [&](int64_t b, int64_t e, int) {
+    for (int64_t p = b; p < e;) {
+      const int64_t i = p / Hd, r0 = p - i * Hd, r1 = std::min(Hd, r0 + (e - p));
+      const ExpertWeights& ex = w.experts[s.used[static_cast<size_t>(i)]];
+      const int64_t f = s.rows_first[static_cast<size_t>(i)];
+      float* down = &s.rows_down[static_cast<size_t>(f * Hd)];
+      s.rows_in2[static_cast<size_t>(i)].Rows(ex.w2, down, r0, r1);
+      if (s.rows_done[2 * i + 1].fetch_add(r1 - r0, std::memory_order_acq_rel) + (r1 - r0) == Hd) {
+        const auto pairs = pairs_of(i);
+        for (size_t r = 0; r < pairs.size(); ++r)
+          std::copy_n(down + static_cast<int64_t>(r) * Hd, Hd, &s.pair_out[static_cast<size_t>((pairs[r] - p0) * Hd)]);
+      }
+      p += r1 - r0;
+    }
+  });
+}
+}  // namespace
+
 void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int64_t layer, const float* x, int64_t n, float* out,
                 Scratch& s, ThreadPool& pool, Parallel* par, Tracer* trace) {
   const int64_t E = cfg.num_local_experts, K = cfg.num_experts_per_tok, Hd = cfg.hidden_size;
@@ -111,7 +245,9 @@ void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int64_t layer, cons
 
     const int64_t used = static_cast<int64_t>(s.used.size());
     s.experts_run += used;
-    if (threads > 1 && used >= 4 * threads) {
+    if (threads > 1 && used > 0 && RowsInput::Applies(c1 - c0) && g_moe_rows_jobs.load(std::memory_order_relaxed)) {
+      ExpertsByRows(w, x, c0, c1, K, Hd, I, s, pool);
+    } else if (threads > 1 && used >= 4 * threads) {
       // Any slot may take the biggest expert (s.used is biggest first): size every slot's
       // scratch for it here, on the calling thread, so a warm step allocates nothing
       // whichever thread gets which expert.

@@ -23,14 +23,14 @@ using Chunks = std::vector<std::pair<int64_t, int64_t>>;
 
 // Runs one ParallelFor and checks each index once, grain-aligned chunks, valid slots, one
 // OS thread per slot and no slot running two chunks at once. Returns the chunks, sorted.
-Chunks ExpectEachIndexOnce(ThreadPool& pool, int64_t n, int64_t grain) {
+Chunks ExpectEachIndexOnce(ThreadPool& pool, int64_t n, int64_t grain, int chunks_per_thread = ThreadPool::kChunksPerThread) {
   std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
   std::vector<std::atomic<int>> busy(static_cast<size_t>(pool.size()));
   std::atomic<int> bad_chunks{0}, bad_slots{0}, overlapping{0};
   std::mutex mu;
   Chunks chunks;
   std::map<int, std::set<std::thread::id>> ids_by_slot;
-  pool.ParallelFor(n, grain, [&](int64_t b, int64_t e, int thread) {
+  pool.ParallelForChunks(n, grain, chunks_per_thread, [&](int64_t b, int64_t e, int thread) {
     if (b % grain != 0 || b >= e || e > n || (e != n && e % grain != 0)) ++bad_chunks;
     if (thread < 0 || thread >= pool.size()) {
       ++bad_slots;
@@ -82,6 +82,21 @@ TEST(ThreadPool, ChunkBoundariesDoNotDependOnTheSchedule) {
       EXPECT_EQ(ExpectEachIndexOnce(pool, n, 8), first) << "n " << n;
     }
   }
+}
+
+// ParallelForChunks: as many chunks as asked (clamped to 1..kMaxChunksPerThread per
+// thread), each index still once, the boundaries again fixed.
+TEST(ThreadPool, ChunksPerThreadAsAsked) {
+  ThreadPool pool(2);
+  const int64_t n = 16 * 2 * ThreadPool::kMaxChunksPerThread * 10;  // grains divide evenly at every count below
+  for (int cpt : {1, 4, 16, 64, ThreadPool::kMaxChunksPerThread, 100000, 0, -3}) {
+    const int expect = 2 * std::clamp(cpt, 1, ThreadPool::kMaxChunksPerThread);
+    const Chunks first = ExpectEachIndexOnce(pool, n, 16, cpt);
+    EXPECT_EQ(first.size(), static_cast<size_t>(expect)) << "chunks per thread " << cpt;
+    for (int rep = 0; rep < 5; ++rep) EXPECT_EQ(ExpectEachIndexOnce(pool, n, 16, cpt), first) << "chunks per thread " << cpt;
+  }
+  // Fewer grains than chunks asked: one chunk per grain.
+  EXPECT_EQ(ExpectEachIndexOnce(pool, 100, 16, 64).size(), 7u);
 }
 
 // A chunk that takes long (its thread lost its core, say) is waited for; the other
