@@ -137,6 +137,23 @@ std::vector<size_t> ByReadsFastestFirst(const std::vector<double>& reads) {
   return order;
 }
 
+// Per-turn ratios summed up: median and range over all turns, and the median over the
+// turns whose reads were in the faster half (what a kernel gives where the memory is
+// fast), with the range of those reads.
+struct TurnsSummary {
+  double median, lo, hi, fast_median, fast_read_lo, fast_read_hi;
+};
+TurnsSummary Summarize(const std::vector<double>& ratios, const std::vector<double>& reads) {
+  std::vector<double> sorted = ratios;
+  std::sort(sorted.begin(), sorted.end());
+  const std::vector<size_t> order = ByReadsFastestFirst(reads);
+  std::vector<double> fast;
+  for (size_t i = 0; i < order.size() / 2; ++i) fast.push_back(ratios[order[i]]);
+  std::sort(fast.begin(), fast.end());
+  return {sorted[sorted.size() / 2], sorted.front(), sorted.back(), fast[fast.size() / 2],
+          reads[order[order.size() / 2 - 1]], reads[order[0]]};
+}
+
 }  // namespace
 
 // Batched decode on all threads (`gemv_bench --batch [MiB]`): Linear() at 1-16 tokens
@@ -809,17 +826,10 @@ int TurnsMode(int64_t total, const std::string& only) {
     }
     std::printf("%-28s", c.name);
     for (size_t i = 0; i < ratios.size(); ++i) std::printf(" %.0f/%.0f", kernel[i] / 1e9, reads[i] / 1e9);
-    std::vector<double> sorted = ratios;
-    std::sort(sorted.begin(), sorted.end());
-    // The turns whose reads were in the faster half: what a kernel gives where the memory is fast.
-    const std::vector<size_t> order = ByReadsFastestFirst(reads);
-    std::vector<double> fast;
-    for (size_t i = 0; i < order.size() / 2; ++i) fast.push_back(ratios[order[i]]);
-    std::sort(fast.begin(), fast.end());
+    const TurnsSummary m = Summarize(ratios, reads);
     std::printf("\n%-28s GB/s kernel/read per turn above; of the read: median %.0f%% [%.0f-%.0f%%], in the faster half "
                 "of the turns (reads %.0f-%.0f GB/s) %.0f%%\n",
-                "", 100 * sorted[sorted.size() / 2], 100 * sorted.front(), 100 * sorted.back(),
-                reads[order[order.size() / 2 - 1]] / 1e9, reads[order[0]] / 1e9, 100 * fast[fast.size() / 2]);
+                "", 100 * m.median, 100 * m.lo, 100 * m.hi, m.fast_read_lo / 1e9, m.fast_read_hi / 1e9, 100 * m.fast_median);
   }
   return 0;
 }
@@ -905,17 +915,11 @@ int MoeMode(const std::string& name) {
   }
   m2::SetMoeRowsJobsForTesting(true);
   for (int rows = 0; rows < 2; ++rows) {
-    std::vector<double> sorted = ratio[rows];
-    std::sort(sorted.begin(), sorted.end());
-    const std::vector<size_t> order = ByReadsFastestFirst(reads[rows]);
-    std::vector<double> fast;
-    for (size_t i = 0; i < order.size() / 2; ++i) fast.push_back(ratio[rows][order[i]]);
-    std::sort(fast.begin(), fast.end());
+    const TurnsSummary m = Summarize(ratio[rows], reads[rows]);
     std::printf("%-14s of the read: median %.1f%% [%.1f-%.1f%%], in the faster half of the turns (reads %.0f-%.0f GB/s) "
                 "%.1f%%\n",
-                rows ? "rows jobs" : "whole experts", 100 * sorted[sorted.size() / 2], 100 * sorted.front(),
-                100 * sorted.back(), reads[rows][order[order.size() / 2 - 1]] / 1e9, reads[rows][order[0]] / 1e9,
-                100 * fast[fast.size() / 2]);
+                rows ? "rows jobs" : "whole experts", 100 * m.median, 100 * m.lo, 100 * m.hi, m.fast_read_lo / 1e9,
+                m.fast_read_hi / 1e9, 100 * m.fast_median);
   }
   return 0;
 }

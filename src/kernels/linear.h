@@ -173,7 +173,6 @@ class RowsInput {
   // width): W1 and W3 share their input.
   bool Serves(const LinearWeight& w) const;
   void Rows(const LinearWeight& w, float* y, int64_t r0, int64_t r1) const;
-  int64_t tokens() const { return n_; }
 
   // The kernel LinearOn takes for (w, n) where it reads prepared input by rows: int8 or
   // int16 activations (any n in the modes that give them to every token), the bf16 decode

@@ -25,6 +25,12 @@ std::atomic<bool> g_moe_rows_jobs{true};
 void SetMoeRowsJobsForTesting(bool on) { g_moe_rows_jobs.store(on, std::memory_order_relaxed); }
 
 namespace {
+// Expert e's (token, slot) pairs in the chunk: pair_flat[expert_start[e] .. expert_start[e + 1]).
+std::span<const int32_t> ExpertPairs(const Scratch& s, int64_t e) {
+  return std::span<const int32_t>(s.pair_flat.data() + s.expert_start[e],
+                                  static_cast<size_t>(s.expert_start[e + 1] - s.expert_start[e]));
+}
+
 // Chunks of the one-pass MoE's two jobs: about this many bytes of weights each (an
 // expert's matrix of M2 in q4 is 2.65 MB). Each chunk a thread takes starts a stream of
 // its own, and starting one costs: `gemv_bench --moe q4` (256 experts, 2 threads) in the
@@ -45,11 +51,7 @@ constexpr int64_t kMoeRowChunkBytes = int64_t{2} << 20;
 void ExpertsByRows(const MoeWeights& w, const float* x, int64_t c0, int64_t c1, int64_t K, int64_t Hd, int64_t I,
                    Scratch& s, ThreadPool& pool) {
   const int64_t used = static_cast<int64_t>(s.used.size()), p0 = c0 * K, tokens = c1 - c0;
-  const auto pairs_of = [&](int64_t i) {
-    const int64_t e = s.used[static_cast<size_t>(i)];
-    return std::span<const int32_t>(s.pair_flat.data() + s.expert_start[e],
-                                    static_cast<size_t>(s.expert_start[e + 1] - s.expert_start[e]));
-  };
+  const auto pairs_of = [&](int64_t i) { return ExpertPairs(s, s.used[static_cast<size_t>(i)]); };
   // Slots for as many experts as the chunk can use, each reserved for every token of it,
   // so a warm step of the same size allocates nothing whatever the routing.
   const int64_t slots = std::min<int64_t>(static_cast<int64_t>(w.experts.size()), tokens * K);
@@ -199,10 +201,7 @@ void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int64_t layer, cons
   // The chunk's (token, slot) pairs grouped by expert, in one flat array (a counting sort:
   // no per-expert vectors that could grow, so a warm step allocates nothing whatever the
   // routing): expert e's pairs are pair_flat[expert_start[e] .. expert_start[e + 1]).
-  const auto by_expert = [&](int64_t e) {
-    return std::span<const int32_t>(s.pair_flat.data() + s.expert_start[e],
-                                    static_cast<size_t>(s.expert_start[e + 1] - s.expert_start[e]));
-  };
+  const auto by_expert = [&](int64_t e) { return ExpertPairs(s, e); };
 
   // One expert on its (token, slot) pairs: gather, W1 and W3, silu * up, W2, and each
   // pair's output row into pair_out (relative to the chunk's first pair p0).
