@@ -235,7 +235,7 @@ int Int8Mode(int64_t total) {
   const int64_t r = 1536, c = 3072, G = c / m2::kQuantGroup;
   for (auto f : {m2::WeightFormat::kQ8, m2::WeightFormat::kQ4}) {
     Set s = Make(f, r, c, total);
-    for (int64_t n : {1, 2, 4, 8, 64, 128}) {
+    for (int64_t n : {1, 2, 3, 4, 8, 64, 128}) {
       std::vector<float> xs(static_cast<size_t>(n * c)), ys(static_cast<size_t>(n * r));
       for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.01f * static_cast<float>(i));
       std::vector<int8_t> q(static_cast<size_t>(n * c));
@@ -775,6 +775,8 @@ int ReadMode(int64_t total) {
 // pass of a kernel over the matrices (one token, every thread, the activation mode `auto`
 // gives that format in the model) sits between two reads of the same buffer (the probe's
 // four patterns, best of them), and each turn's ratio is to the mean of its two reads.
+// The turns alternate between one row a pass and each kernel's own count (DecodeOneRow,
+// linear.h), 10 of each.
 int TurnsMode(int64_t total, const std::string& only) {
   m2::ThreadPool& pool = m2::ThreadPool::Global();
   const bool bf16_decode = m2::Bf16PrefillBeatsFp32(m2::WeightFormat::kFp8Block);  // auto: FP8 decode steps on the bf16 kernel (AMD, VBMI)
@@ -811,25 +813,33 @@ int TurnsMode(int64_t total, const std::string& only) {
     const int64_t probe_n = static_cast<int64_t>(s.data->size() / sizeof(float));
     std::vector<float> xs(static_cast<size_t>(c.cols)), ys(static_cast<size_t>(c.rows));
     for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.01f * static_cast<float>(i));
-    std::vector<double> ratios, reads, kernel;
+    // Two settings take turns: one row a pass (DecodeOneRow) and each kernel's own count.
+    std::vector<double> ratios[2], reads[2], kernel[2];
     double before = m2::MeasureReadBandwidth(pool, probe, probe_n, 1);
-    for (int turn = 0; turn < 10; ++turn) {
+    for (int turn = 0; turn < 20; ++turn) {
+      const int one = turn % 2 == 0 ? 1 : 0;
+      m2::SetDecodeOneRowForTesting(one);
       const auto t0 = Clock::now();
       for (int rep = 0; rep < 3; ++rep)
         for (const auto& w : s.mats) m2::LinearOnPool(w, xs.data(), 1, ys.data(), pool);
       const double k = 3.0 * static_cast<double>(bytes) / Seconds(t0);
       const double after = m2::MeasureReadBandwidth(pool, probe, probe_n, 1);
-      reads.push_back(0.5 * (before + after));
-      kernel.push_back(k);
-      ratios.push_back(k / reads.back());
+      reads[one].push_back(0.5 * (before + after));
+      kernel[one].push_back(k);
+      ratios[one].push_back(k / reads[one].back());
       before = after;
     }
-    std::printf("%-28s", c.name);
-    for (size_t i = 0; i < ratios.size(); ++i) std::printf(" %.0f/%.0f", kernel[i] / 1e9, reads[i] / 1e9);
-    const TurnsSummary m = Summarize(ratios, reads);
-    std::printf("\n%-28s GB/s kernel/read per turn above; of the read: median %.0f%% [%.0f-%.0f%%], in the faster half "
-                "of the turns (reads %.0f-%.0f GB/s) %.0f%%\n",
-                "", 100 * m.median, 100 * m.lo, 100 * m.hi, m.fast_read_lo / 1e9, m.fast_read_hi / 1e9, 100 * m.fast_median);
+    m2::SetDecodeOneRowForTesting(-1);
+    for (int one = 1; one >= 0; --one) {
+      const char* label = one ? "  one row a pass" : "  own rows a pass";
+      std::printf("%s%s%s\n%-28s", c.name, label, one == (m2::DecodeOneRow() ? 1 : 0) ? " (this CPU's choice)" : "", "");
+      for (size_t i = 0; i < ratios[one].size(); ++i) std::printf(" %.0f/%.0f", kernel[one][i] / 1e9, reads[one][i] / 1e9);
+      const TurnsSummary m = Summarize(ratios[one], reads[one]);
+      std::printf("\n%-28s GB/s kernel/read per turn above; of the read: median %.0f%% [%.0f-%.0f%%], in the faster "
+                  "half of the turns (reads %.0f-%.0f GB/s) %.0f%%\n",
+                  "", 100 * m.median, 100 * m.lo, 100 * m.hi, m.fast_read_lo / 1e9, m.fast_read_hi / 1e9,
+                  100 * m.fast_median);
+    }
   }
   return 0;
 }
@@ -837,9 +847,10 @@ int TurnsMode(int64_t total, const std::string& only) {
 // MoE decode steps (`gemv_bench --moe [q4|q8|fp8-block]`): one token at a time through
 // M2's 256 experts (W1 / W3 1536 x 3072, W2 3072 x 1536; top 8, so each step reads 8
 // experts, nearly all from memory), with the activation mode `auto` gives the format, all
-// threads. The two ways moe.cpp runs a decode chunk take turns: threads taking whole
-// experts, and every used expert's rows as two pool jobs; each between reads of the
-// experts' bytes, its GB/s (the used experts' bytes) over the mean of the reads around it.
+// threads. The ways moe.cpp can run a decode chunk take turns: threads taking whole
+// experts, and every used expert's rows as two pool jobs with their chunks handed out in
+// order or spread (ThreadPool::Order); each between reads of the experts' bytes, its GB/s
+// (the used experts' bytes) over the mean of the reads around it.
 int MoeMode(const std::string& name) {
   m2::ThreadPool& pool = m2::ThreadPool::Global();
   const std::string fmt = name.empty() ? "q4" : name;
@@ -883,13 +894,17 @@ int MoeMode(const std::string& name) {
   m2::Scratch s;
   const float* probe = reinterpret_cast<const float*>(up.data->data());
   const int64_t probe_n = static_cast<int64_t>(up.data->size() / sizeof(float));
-  std::printf("%d threads, %s kernels, activations %s; each turn: read, %d steps whole experts, read, %d steps rows "
-              "jobs, read\n",
+  std::printf("%d threads, %s kernels, activations %s; each turn: read, then %d steps of each way followed by a "
+              "read\n",
               pool.size(), m2::ActiveKernelsName(),
               mode == m2::ActivationMode::kExact ? "exact" : f == m2::WeightFormat::kQ4 ? "int8" : f == m2::WeightFormat::kQ8 ? "int16" : "bf16",
-              kSteps, kSteps);
-  const auto steps = [&](bool rows, int turn) {
-    m2::SetMoeRowsJobsForTesting(rows);
+              kSteps);
+  // The three ways a decode chunk can run, taking turns.
+  constexpr int kVariants = 3;
+  const char* const variant_name[kVariants] = {"whole experts", "rows in order", "rows spread"};
+  const auto steps = [&](int variant, int turn) {
+    m2::SetMoeRowsJobsForTesting(variant > 0);
+    m2::SetMoeRowsSpreadForTesting(variant == 2);
     int64_t bytes = 0;
     const auto t0 = Clock::now();
     for (int k = 0; k < kSteps; ++k) {
@@ -899,27 +914,28 @@ int MoeMode(const std::string& name) {
     }
     return static_cast<double>(bytes) / Seconds(t0);
   };
-  std::vector<double> ratio[2], reads[2];
+  std::vector<double> ratio[kVariants], reads[kVariants];
   double before = m2::MeasureReadBandwidth(pool, probe, probe_n, 1);
   for (int turn = 0; turn < kTurns; ++turn) {
-    for (int rows = 0; rows < 2; ++rows) {
-      const double k = steps(rows == 1, turn);
+    for (int v = 0; v < kVariants; ++v) {
+      const double k = steps(v, turn);
       const double after = m2::MeasureReadBandwidth(pool, probe, probe_n, 1);
-      reads[rows].push_back(0.5 * (before + after));
-      ratio[rows].push_back(k / reads[rows].back());
-      std::printf("  turn %2d %-14s %5.1f GB/s, reads %5.1f GB/s: %5.1f%%\n", turn, rows ? "rows jobs" : "whole experts",
-                  k / 1e9, reads[rows].back() / 1e9, 100 * ratio[rows].back());
+      reads[v].push_back(0.5 * (before + after));
+      ratio[v].push_back(k / reads[v].back());
+      std::printf("  turn %2d %-14s %5.1f GB/s, reads %5.1f GB/s: %5.1f%%\n", turn, variant_name[v], k / 1e9,
+                  reads[v].back() / 1e9, 100 * ratio[v].back());
       std::fflush(stdout);
       before = after;
     }
   }
   m2::SetMoeRowsJobsForTesting(true);
-  for (int rows = 0; rows < 2; ++rows) {
-    const TurnsSummary m = Summarize(ratio[rows], reads[rows]);
+  m2::SetMoeRowsSpreadForTesting(true);
+  for (int v = 0; v < kVariants; ++v) {
+    const TurnsSummary m = Summarize(ratio[v], reads[v]);
     std::printf("%-14s of the read: median %.1f%% [%.1f-%.1f%%], in the faster half of the turns (reads %.0f-%.0f GB/s) "
                 "%.1f%%\n",
-                rows ? "rows jobs" : "whole experts", 100 * m.median, 100 * m.lo, 100 * m.hi, m.fast_read_lo / 1e9,
-                m.fast_read_hi / 1e9, 100 * m.fast_median);
+                variant_name[v], 100 * m.median, 100 * m.lo, 100 * m.hi, m.fast_read_lo / 1e9, m.fast_read_hi / 1e9,
+                100 * m.fast_median);
   }
   return 0;
 }

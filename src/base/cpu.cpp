@@ -33,7 +33,10 @@ CpuFeatures Detect() {
   std::memcpy(vendor + 4, &d, 4);
   std::memcpy(vendor + 8, &c, 4);
   f.intel = std::strcmp(vendor, "GenuineIntel") == 0;
+  f.amd = std::strcmp(vendor, "AuthenticAMD") == 0;
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const int base_family = static_cast<int>((a >> 8) & 0xf);
+  f.family = base_family == 0xf ? base_family + static_cast<int>((a >> 20) & 0xff) : base_family;
   const bool avx_os = OsSavesAvxState();
   f.fma = avx_os && (c & bit_FMA);
   f.f16c = avx_os && (c & bit_F16C);
@@ -58,7 +61,9 @@ CpuFeatures Detect() {
 std::string CpuFeatures::Describe() const {
   std::string s;
   const auto add = [&](bool on, const char* name) {
-    if (on) s += (s.empty() ? "" : " ") + std::string(name);
+    if (!on) return;
+    if (!s.empty()) s += ' ';
+    s += name;
   };
   add(avx2, "avx2");
   add(fma, "fma");
@@ -110,7 +115,18 @@ Status CheckKernelsEnv() {
   auto isa = ResolveKernelIsa(std::getenv("M2_KERNELS"), Cpu());
   if (!isa.ok()) return isa.status();
   auto amx = ResolveAmx(std::getenv("M2_AMX"));
-  return amx.ok() ? Status() : amx.status();
+  if (!amx.ok()) return amx.status();
+  auto rows = ResolveDecodeRows(std::getenv("M2_DECODE_ROWS"));
+  return rows.ok() ? Status() : rows.status();
+}
+
+Result<int> ResolveDecodeRows(const char* m2_decode_rows) {
+  if (m2_decode_rows == nullptr || *m2_decode_rows == '\0') return -1;
+  if (std::strcmp(m2_decode_rows, "1") == 0) return 1;
+  if (std::strcmp(m2_decode_rows, "own") == 0) return 0;
+  return Error("M2_DECODE_ROWS: expected 1 (the decode kernels take one weight row a pass), own (each kernel's own "
+               "count) or unset (what this CPU was measured to want), found '{}'",
+               m2_decode_rows);
 }
 
 bool AvxVnniAsked() {

@@ -19,6 +19,10 @@ struct CpuFeatures {
   // (about 100 cycles) for a multiply whose input or result is an fp32 subnormal, AMD's do
   // not (kernels/linear.h, SubnormalsAreSlow).
   bool intel = false;
+  bool amd = false;  // AuthenticAMD
+  // The display family (CPUID leaf 1: base family, plus the extended family where the base
+  // is 15): 0x19 for Zen 3 / Zen 4, 0x1A for Zen 5; 6 for Intel's cores.
+  int family = 0;
 
   bool has_avx512() const { return avx512f && avx512bw && avx512vl && fma && f16c; }
   bool has_avx2() const { return avx2 && fma && f16c; }
@@ -55,6 +59,11 @@ const char* ActiveKernelsName();
 // M2_AMX: unset, empty or 1: the bf16 prefill GEMM uses the tile unit where the CPU has
 // one (AMX-BF16); 0: never (the AVX-512 BF16 kernels). Another value is an error.
 Result<bool> ResolveAmx(const char* m2_amx);
+// M2_DECODE_ROWS: how many weight rows the one-token decode kernels take a pass (one
+// stream of weights per row): "1" one row, "own" each kernel's own count (2 to 8), unset or
+// empty: what this CPU was measured to want (kernels/linear.h, DecodeOneRow). Returns 1, 0
+// or -1 (unset); another value is an error.
+Result<int> ResolveDecodeRows(const char* m2_decode_rows);
 const char* IsaName(KernelIsa isa);
 
 }  // namespace m2

@@ -118,7 +118,9 @@ uint64_t ThreadPool::RunChunks(int thread, int* ran) {
     if (i >= Count(t)) return t;
     // A successful claim: the job's fields are those published with this ticket, and
     // stay valid until this chunk is counted off below.
-    const int64_t b = static_cast<int64_t>(i) * chunk_, e = std::min(n_, b + chunk_);
+    const int64_t c = spread_ ? SpreadChunk(static_cast<int64_t>(i), static_cast<int64_t>(Count(t)), size())
+                              : static_cast<int64_t>(i);
+    const int64_t b = c * chunk_, e = std::min(n_, b + chunk_);
     call_(job_, b, e, thread);
     ++*ran;
     if (remaining_.fetch_sub(1) == 1 && caller_sleeping_.load() != 0) FutexWakeAll(remaining_);
@@ -133,7 +135,18 @@ void ThreadPool::WaitForChunks() {
   caller_sleeping_.store(0);
 }
 
-void ThreadPool::Run(int64_t n, int64_t grain, int chunks_per_thread, Trampoline call, const void* fn) {
+int64_t ThreadPool::SpreadChunk(int64_t i, int64_t chunks, int64_t parts) {
+  parts = std::clamp<int64_t>(parts, 1, std::max<int64_t>(chunks, 1));
+  const int64_t longest = (chunks + parts - 1) / parts;    // runs of `longest` chunks,
+  const int64_t long_runs = chunks - parts * (longest - 1);  // the first long_runs of them; the rest one shorter
+  // The first longest - 1 rounds take a chunk from every run; the last round only from the long ones.
+  const int64_t full = parts * (longest - 1);
+  const int64_t run = i < full ? i % parts : i - full, j = i < full ? i / parts : longest - 1;
+  const int64_t start = run < long_runs ? run * longest : long_runs * longest + (run - long_runs) * (longest - 1);
+  return start + j;
+}
+
+void ThreadPool::Run(int64_t n, int64_t grain, int chunks_per_thread, Trampoline call, const void* fn, Order order) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
   const int64_t units = (n + grain - 1) / grain;
@@ -149,6 +162,7 @@ void ThreadPool::Run(int64_t n, int64_t grain, int chunks_per_thread, Trampoline
   job_ = fn;
   n_ = n;
   chunk_ = per * grain;
+  spread_ = order == Order::kSpread;
   remaining_.store(static_cast<uint32_t>(chunks), std::memory_order_relaxed);
   const uint64_t gen = (Gen(ticket_.load(std::memory_order_relaxed)) + 1) & kGenMask;
   ticket_.store(gen << kGenShift | static_cast<uint64_t>(chunks) << kIndexBits);  // seq_cst: see WorkerLoop

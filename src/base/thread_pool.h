@@ -53,17 +53,31 @@ class ThreadPool {
   // allocation per call for most lambdas).
   template <class Fn>
   void ParallelFor(int64_t n, int64_t grain, const Fn& fn) {
-    Run(n, grain, kChunksPerThread, [](const void* f, int64_t b, int64_t e, int t) { (*static_cast<const Fn*>(f))(b, e, t); }, &fn);
+    Run(n, grain, kChunksPerThread, [](const void* f, int64_t b, int64_t e, int t) { (*static_cast<const Fn*>(f))(b, e, t); }, &fn,
+        Order::kInOrder);
   }
   // As ParallelFor, with up to chunks_per_thread chunks per thread instead of
   // kChunksPerThread (clamped to 1..kMaxChunksPerThread). For long jobs whose end must not
   // wait on one big chunk: a decode step's output matrix, 650 MB on the M2 slice, was cut
   // into 8 chunks of 80 MB, and a thread that finished first idled for 9-11% of the
   // product's time in the minutes the memory is fast (linear.cpp, DecodeChunksPerThread).
+  //
+  // `order` says which chunk each claim gets. kInOrder: chunk 0, 1, 2, ... so threads
+  // running side by side read neighbouring chunks. kSpread: the chunks are cut into one
+  // run of consecutive chunks per thread and the claims go to the runs in turn (run 0's
+  // first chunk, run 1's first, ..., run 0's second, ...), so threads running side by side
+  // read far apart, each mostly along a run of its own (SpreadChunk). The chunk boundaries
+  // are the same either way.
+  enum class Order { kInOrder, kSpread };
   template <class Fn>
-  void ParallelForChunks(int64_t n, int64_t grain, int chunks_per_thread, const Fn& fn) {
-    Run(n, grain, chunks_per_thread, [](const void* f, int64_t b, int64_t e, int t) { (*static_cast<const Fn*>(f))(b, e, t); }, &fn);
+  void ParallelForChunks(int64_t n, int64_t grain, int chunks_per_thread, const Fn& fn, Order order = Order::kInOrder) {
+    Run(n, grain, chunks_per_thread, [](const void* f, int64_t b, int64_t e, int t) { (*static_cast<const Fn*>(f))(b, e, t); }, &fn,
+        order);
   }
+  // The chunk that claim `i` (0 <= i < chunks) gets in a kSpread job of `parts` runs: the
+  // runs are consecutive, their lengths differ by at most one (longer ones first), and
+  // claims take each run's j-th chunk before any run's (j+1)-th. A bijection on [0, chunks).
+  static int64_t SpreadChunk(int64_t i, int64_t chunks, int64_t parts);
   static constexpr int kMaxChunksPerThread = 128;  // 128 x 4096 threads fits the ticket
 
   // Chunks a ParallelFor is cut into: about min(ceil(n / grain), size() * kChunksPerThread).
@@ -76,7 +90,7 @@ class ThreadPool {
 
  private:
   using Trampoline = void (*)(const void* fn, int64_t begin, int64_t end, int thread);
-  void Run(int64_t n, int64_t grain, int chunks_per_thread, Trampoline call, const void* fn);
+  void Run(int64_t n, int64_t grain, int chunks_per_thread, Trampoline call, const void* fn, Order order = Order::kInOrder);
   void WorkerLoop(int index);
   // Takes chunks of the current job and runs them until a claim comes back empty.
   // Returns the ticket of that empty claim (its generation is the job now current) and
@@ -90,6 +104,7 @@ class ThreadPool {
   Trampoline call_ = nullptr;
   const void* job_ = nullptr;
   int64_t n_ = 0, chunk_ = 1;
+  bool spread_ = false;
   // Ticket: generation (high 24 bits) | chunks in the job (20 bits) | next chunk (low 20
   // bits). fetch_add(1) claims a chunk of whatever job is current; a claim at or past the
   // chunk count is empty. Each thread makes at most one empty claim per job it sees, so the

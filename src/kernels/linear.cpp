@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -460,6 +461,20 @@ bool Bf16GemvWideRows() {
   return mode < 0 ? Cpu().intel : mode == 1;
 }
 void SetBf16GemvWideRowsForTesting(int mode) { g_bf16_wide_rows_for_testing.store(mode, std::memory_order_relaxed); }
+namespace {
+std::atomic<int> g_decode_one_row_for_testing{-1};
+}  // namespace
+bool DecodeOneRow() {
+  static const int env = [] {
+    auto r = ResolveDecodeRows(std::getenv("M2_DECODE_ROWS"));
+    M2_CHECK(r.ok(), "{}", r.status().message());
+    return *r;
+  }();
+  int mode = g_decode_one_row_for_testing.load(std::memory_order_relaxed);
+  if (mode < 0) mode = env;
+  return mode < 0 ? Cpu().amd && Cpu().family >= 0x1a : mode == 1;
+}
+void SetDecodeOneRowForTesting(int mode) { g_decode_one_row_for_testing.store(mode, std::memory_order_relaxed); }
 
 void Linear(const LinearWeight& w, const float* x, int64_t n, float* y) { LinearOn(w, x, n, y, &ThreadPool::Global()); }
 

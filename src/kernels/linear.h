@@ -87,6 +87,18 @@ bool Fp8GemvEightRows();
 bool Bf16GemvWideRows();
 void SetBf16GemvWideRowsForTesting(int mode);
 
+// Whether the one-token decode kernels take one row a pass, so each thread reads one stream
+// of weights, rather than their own counts (2 to 8 rows, each chosen on Zen 3, Zen 4 or
+// Intel, where more streams in flight read faster). On by default on AMD's family 0x1A
+// (Zen 5) and later: there every kernel read about 88-92% of a plain read with one row
+// against 72-79% with its own count (`gemv_bench --turns 1024`, which takes turns between
+// the two). The same bits either way (each row has its own chain of sums).
+// M2_DECODE_ROWS=1 or own (base/cpu.h) sets it for a run, on any CPU.
+// SetDecodeOneRowForTesting: 1 forces one row, 0 forbids it, -1 (the start) follows
+// M2_DECODE_ROWS, or the CPU where that is unset.
+bool DecodeOneRow();
+void SetDecodeOneRowForTesting(int mode);
+
 // Columns per scale in kQ8 / kQ4.
 inline constexpr int64_t kQuantGroup = 32;
 

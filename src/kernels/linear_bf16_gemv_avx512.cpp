@@ -164,7 +164,10 @@ bool GemvRowsBf16Avx512(const LinearWeight& w, const uint16_t* xb, int64_t n, fl
   using namespace avx512bf16gemv;
   if (w.format == WeightFormat::kFp8Block) {
     switch (n) {
-      case 1: GemvFp8<1, 4>(w, xb, y, r0, r1); return true;
+      case 1:  // 4 rows a pass, or 1 where DecodeOneRow() says so (Zen 5, linear.h)
+        if (DecodeOneRow()) GemvFp8<1, 1>(w, xb, y, r0, r1);
+        else GemvFp8<1, 4>(w, xb, y, r0, r1);
+        return true;
       case 2: GemvFp8<2, 4>(w, xb, y, r0, r1); return true;
       case 3: GemvFp8<3, 2>(w, xb, y, r0, r1); return true;
       case 4: GemvFp8<4, 2>(w, xb, y, r0, r1); return true;
@@ -173,7 +176,10 @@ bool GemvRowsBf16Avx512(const LinearWeight& w, const uint16_t* xb, int64_t n, fl
   }
   if (w.format == WeightFormat::kBF16) {
     switch (n) {
-      case 1: GemvBf16<1, 4>(w, xb, y, r0, r1); return true;
+      case 1:
+        if (DecodeOneRow()) GemvBf16<1, 1>(w, xb, y, r0, r1);
+        else GemvBf16<1, 4>(w, xb, y, r0, r1);
+        return true;
       case 2: GemvBf16<2, 4>(w, xb, y, r0, r1); return true;
       case 3: GemvBf16<3, 4>(w, xb, y, r0, r1); return true;
       case 4: GemvBf16<4, 2>(w, xb, y, r0, r1); return true;

@@ -65,6 +65,16 @@ TEST(KernelsEnv, UnknownValueIsAnErrorNamingTheChoices) {
   }
 }
 
+// A bad value of an environment switch: an error naming the variable, the choices and the value.
+template <class R>
+void ExpectEnvError(const R& r, const char* var, const char* choices, const char* bad) {
+  ASSERT_FALSE(r.ok()) << var << "=" << bad;
+  const std::string& m = r.status().message();
+  EXPECT_NE(m.find(var), std::string::npos) << m;
+  EXPECT_NE(m.find(choices), std::string::npos) << m;
+  EXPECT_NE(m.find(std::string("'") + bad + "'"), std::string::npos) << m;
+}
+
 // M2_AMX: unset, empty or 1 allow the tile unit, 0 forbids it, anything else is an error
 // that names the variable, the choices and the value.
 TEST(KernelsEnv, AmxSwitch) {
@@ -72,13 +82,30 @@ TEST(KernelsEnv, AmxSwitch) {
   EXPECT_TRUE(*ResolveAmx(""));
   EXPECT_TRUE(*ResolveAmx("1"));
   EXPECT_FALSE(*ResolveAmx("0"));
-  for (const char* bad : {"2", "on", "off", "true", " 1"}) {
-    auto r = ResolveAmx(bad);
-    ASSERT_FALSE(r.ok()) << bad;
-    const std::string& m = r.status().message();
-    EXPECT_NE(m.find("M2_AMX"), std::string::npos) << m;
-    EXPECT_NE(m.find("expected 0"), std::string::npos) << m;
-    EXPECT_NE(m.find(std::string("'") + bad + "'"), std::string::npos) << m;
+  for (const char* bad : {"2", "on", "off", "true", " 1"}) ExpectEnvError(ResolveAmx(bad), "M2_AMX", "expected 0", bad);
+}
+
+// M2_DECODE_ROWS: 1, own or unset; anything else an error naming the variable, the choices
+// and the value.
+TEST(KernelsEnv, DecodeRowsSwitch) {
+  EXPECT_EQ(*ResolveDecodeRows(nullptr), -1);
+  EXPECT_EQ(*ResolveDecodeRows(""), -1);
+  EXPECT_EQ(*ResolveDecodeRows("1"), 1);
+  EXPECT_EQ(*ResolveDecodeRows("own"), 0);
+  for (const char* bad : {"2", "0", "one", "OWN", " 1"})
+    ExpectEnvError(ResolveDecodeRows(bad), "M2_DECODE_ROWS", "expected 1", bad);
+}
+
+// The vendor and family as CPUID reports them: on x86 one vendor at most, and a family of
+// 6 or more (Intel's cores) or 0x15 and up (AMD's since Bulldozer) on the CPUs this project
+// runs on.
+TEST(Cpu, VendorAndFamily) {
+  EXPECT_FALSE(Cpu().intel && Cpu().amd);
+  if (Cpu().intel) {
+    EXPECT_GE(Cpu().family, 6);
+  }
+  if (Cpu().amd) {
+    EXPECT_GE(Cpu().family, 0x15);
   }
 }
 

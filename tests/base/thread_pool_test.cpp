@@ -23,7 +23,8 @@ using Chunks = std::vector<std::pair<int64_t, int64_t>>;
 
 // Runs one ParallelFor and checks each index once, grain-aligned chunks, valid slots, one
 // OS thread per slot and no slot running two chunks at once. Returns the chunks, sorted.
-Chunks ExpectEachIndexOnce(ThreadPool& pool, int64_t n, int64_t grain, int chunks_per_thread = ThreadPool::kChunksPerThread) {
+Chunks ExpectEachIndexOnce(ThreadPool& pool, int64_t n, int64_t grain, int chunks_per_thread = ThreadPool::kChunksPerThread,
+                           ThreadPool::Order order = ThreadPool::Order::kInOrder) {
   std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
   std::vector<std::atomic<int>> busy(static_cast<size_t>(pool.size()));
   std::atomic<int> bad_chunks{0}, bad_slots{0}, overlapping{0};
@@ -44,7 +45,7 @@ Chunks ExpectEachIndexOnce(ThreadPool& pool, int64_t n, int64_t grain, int chunk
       ids_by_slot[thread].insert(std::this_thread::get_id());
     }
     busy[static_cast<size_t>(thread)].fetch_sub(1);
-  });
+  }, order);
   EXPECT_EQ(bad_chunks.load(), 0);
   EXPECT_EQ(bad_slots.load(), 0);
   EXPECT_EQ(overlapping.load(), 0) << "a slot ran two chunks at once";
@@ -97,6 +98,49 @@ TEST(ThreadPool, ChunksPerThreadAsAsked) {
   }
   // Fewer grains than chunks asked: one chunk per grain.
   EXPECT_EQ(ExpectEachIndexOnce(pool, 100, 16, 64).size(), 7u);
+}
+
+// kSpread: the claims' chunks, written out for small cases (runs of consecutive chunks,
+// longer runs first, each run's j-th chunk before any run's (j+1)-th), and a bijection on
+// [0, chunks) for every count and number of parts up to 40.
+TEST(ThreadPool, SpreadChunkOrder) {
+  const auto order = [](int64_t chunks, int64_t parts) {
+    std::vector<int64_t> v;
+    for (int64_t i = 0; i < chunks; ++i) v.push_back(ThreadPool::SpreadChunk(i, chunks, parts));
+    return v;
+  };
+  EXPECT_EQ(order(8, 2), (std::vector<int64_t>{0, 4, 1, 5, 2, 6, 3, 7}));
+  EXPECT_EQ(order(7, 2), (std::vector<int64_t>{0, 4, 1, 5, 2, 6, 3}));
+  EXPECT_EQ(order(7, 3), (std::vector<int64_t>{0, 3, 5, 1, 4, 6, 2}));  // runs [0,3) [3,5) [5,7)
+  EXPECT_EQ(order(10, 4), (std::vector<int64_t>{0, 3, 6, 8, 1, 4, 7, 9, 2, 5}));
+  EXPECT_EQ(order(3, 5), (std::vector<int64_t>{0, 1, 2}));  // more parts than chunks
+  EXPECT_EQ(order(5, 1), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  for (int64_t chunks = 1; chunks <= 40; ++chunks) {
+    for (int64_t parts = 1; parts <= 40; ++parts) {
+      std::vector<int> hits(static_cast<size_t>(chunks));
+      for (int64_t i = 0; i < chunks; ++i) {
+        const int64_t c = ThreadPool::SpreadChunk(i, chunks, parts);
+        ASSERT_TRUE(c >= 0 && c < chunks) << chunks << " chunks, " << parts << " parts, claim " << i << " -> " << c;
+        ++hits[static_cast<size_t>(c)];
+      }
+      for (int64_t c = 0; c < chunks; ++c) EXPECT_EQ(hits[static_cast<size_t>(c)], 1) << chunks << " chunks, " << parts << " parts";
+    }
+  }
+}
+
+// A kSpread job runs each index once, in the same chunks as kInOrder.
+TEST(ThreadPool, SpreadJobsKeepTheChunks) {
+  for (int threads : {2, 3, 5}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {1, 17, 100, 1000, 12345}) {
+      for (int cpt : {1, 4, 64}) {
+        const Chunks in_order = ExpectEachIndexOnce(pool, n, 16, cpt);
+        for (int rep = 0; rep < 3; ++rep)
+          EXPECT_EQ(ExpectEachIndexOnce(pool, n, 16, cpt, ThreadPool::Order::kSpread), in_order)
+              << threads << " threads, n " << n << ", chunks per thread " << cpt;
+      }
+    }
+  }
 }
 
 // A chunk that takes long (its thread lost its core, say) is waited for; the other

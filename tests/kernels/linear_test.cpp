@@ -277,6 +277,50 @@ TEST(LinearTest, Bf16WideRowPassesGiveTheSameBits) {
   }
 }
 
+// One row a pass (DecodeOneRow, on by default on Zen 5) against each kernel's own count:
+// the same bits for every format and activation mode the model uses in decode, odd row
+// counts (passes of 2, 3, 4 rows leave some over), group counts that are not a multiple of
+// 8 (the q4 tiles' tails), 1 to 5 tokens (one token everywhere, and the 512-bit q4 tiles at
+// 2 to 4). Both settings are forced, so every CPU runs both paths of its kernels.
+TEST(LinearTest, OneRowDecodeGivesTheSameBits) {
+  std::mt19937 rng(47);
+  struct ModeCase {
+    Case c;
+    ActivationMode mode;
+  };
+  const std::vector<ModeCase> cases = {
+      {{WeightFormat::kBF16, 23, 1029}, ActivationMode::kExact},
+      {{WeightFormat::kBF16, 23, 1056}, ActivationMode::kBf16Prefill},
+      {{WeightFormat::kF32, 23, 1029}, ActivationMode::kExact},
+      {{WeightFormat::kFp8Block, 23, 1152}, ActivationMode::kExact},
+      {{WeightFormat::kFp8Block, 23, 1152}, ActivationMode::kBf16Prefill},
+      {{WeightFormat::kQ8, 23, 1056}, ActivationMode::kExact},
+      {{WeightFormat::kQ8, 23, 1056}, ActivationMode::kInt16Decode},
+      {{WeightFormat::kQ8, 23, 1056}, ActivationMode::kInt8Decode},
+      {{WeightFormat::kQ4, 23, 1056}, ActivationMode::kExact},
+      {{WeightFormat::kQ4, 23, 1056}, ActivationMode::kInt8DecodeInt8Prefill},
+      {{WeightFormat::kQ4, 23, 3072}, ActivationMode::kInt8DecodeInt8Prefill}};
+  for (const ModeCase& mc : cases) {
+    Weight m = Make(mc.c, rng);
+    m.w.activations = mc.mode;
+    for (int64_t n = 1; n <= 5; ++n) {
+      std::vector<float> x(static_cast<size_t>(n * mc.c.cols));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
+      std::vector<float> own(static_cast<size_t>(n * mc.c.rows), -1.0f), one(own.size(), -2.0f);
+      SetDecodeOneRowForTesting(0);
+      LinearOnThisThread(m.w, x.data(), n, own.data());
+      SetDecodeOneRowForTesting(1);
+      LinearOnThisThread(m.w, x.data(), n, one.data());
+      SetDecodeOneRowForTesting(-1);
+      for (size_t i = 0; i < own.size(); ++i) {
+        ASSERT_FALSE(std::isnan(own[i])) << i;
+        ASSERT_EQ(own[i], one[i]) << WeightFormatName(mc.c.format) << " mode " << static_cast<int>(mc.mode) << " n=" << n
+                                  << " output " << i;
+      }
+    }
+  }
+}
+
 TEST(LinearTest, Fp8DecodeInOrderOnIntel) {
   std::mt19937 rng(41);
   const Weight m = Make({WeightFormat::kFp8Block, 21, 8320}, rng);
