@@ -13,10 +13,11 @@
 //                                           turns), all threads; bf16 on the vector units and
 //                                           on the tile unit (AMX)
 //   build/bench/gemv_bench --gemm-fp8 [MiB]   the same for the FP8 weights only
-//   build/bench/gemv_bench --turns [MiB [NAME]]   one-token decode kernels (bf16, FP8, q8, q4, as
-//                                           auto picks them, and FP8 exact; NAME: those whose name contains it)
-//                                           against a read of the same bytes, taking turns, all
-//                                           threads: the ratio within one memory regime
+//   build/bench/gemv_bench --turns [MiB [NAME [TOKENS]]]   decode kernels (bf16, FP8, q8, q4, as
+//                                           auto picks them, and FP8 exact; NAME: those whose name contains it;
+//                                           TOKENS per product, default 1) against a read of the same bytes,
+//                                           taking turns, all threads: the ratio within one memory regime;
+//                                           one row a pass and each kernel's own count take turns too
 //   build/bench/gemv_bench --bf16 [MiB]    bf16 / FP8 decode: exact against bf16 activations,
 //                                           one thread and all threads
 //   build/bench/gemv_bench --read [MiB]    the read probe's patterns, one thread and all
@@ -776,8 +777,8 @@ int ReadMode(int64_t total) {
 // gives that format in the model) sits between two reads of the same buffer (the probe's
 // four patterns, best of them), and each turn's ratio is to the mean of its two reads.
 // The turns alternate between one row a pass and each kernel's own count (DecodeOneRow,
-// linear.h), 10 of each.
-int TurnsMode(int64_t total, const std::string& only) {
+// linear.h), 10 of each. TOKENS (default 1): tokens per product, 1 to 8.
+int TurnsMode(int64_t total, const std::string& only, int64_t tokens) {
   m2::ThreadPool& pool = m2::ThreadPool::Global();
   const bool bf16_decode = m2::Bf16PrefillBeatsFp32(m2::WeightFormat::kFp8Block);  // auto: FP8 decode steps on the bf16 kernel (AMD, VBMI)
   const bool int8 = m2::Int8GemmFor(m2::WeightFormat::kQ4) != m2::Int8GemmKernel::kNone;
@@ -798,9 +799,14 @@ int TurnsMode(int64_t total, const std::string& only) {
        int8 ? "q4, int8 decode" : "q4, exact"}};
   if (bf16_decode)  // what `auto` gives FP8 here, besides the exact kernel (--activations exact)
     cases.insert(cases.begin() + 2, {m2::WeightFormat::kFp8Block, 1536, 3072, m2::ActivationMode::kBf16Prefill, "fp8-block, bf16 decode"});
-  std::printf("%d threads, %s kernels, %lld MiB per format; each turn: read, kernel x 3, read (ratios: kernel / mean "
-              "of the two reads)\n",
-              pool.size(), m2::ActiveKernelsName(), static_cast<long long>(total >> 20));
+  if (tokens < 1 || tokens > 8) {
+    std::fprintf(stderr, "gemv_bench --turns MiB [FILTER [TOKENS]]: TOKENS is 1 to 8 (a decode chunk), not %lld\n",
+                 static_cast<long long>(tokens));
+    return 2;
+  }
+  std::printf("%d threads, %s kernels, %lld MiB per format, %lld token(s); each turn: read, kernel x 3, read (ratios: "
+              "kernel / mean of the two reads)\n",
+              pool.size(), m2::ActiveKernelsName(), static_cast<long long>(total >> 20), static_cast<long long>(tokens));
   for (const Case& c : cases) {
     if (!only.empty() && std::string(c.name).find(only) == std::string::npos) continue;
     Set s = Make(c.f, c.rows, c.cols, total);
@@ -811,7 +817,7 @@ int TurnsMode(int64_t total, const std::string& only) {
     }
     const float* probe = reinterpret_cast<const float*>(s.data->data());
     const int64_t probe_n = static_cast<int64_t>(s.data->size() / sizeof(float));
-    std::vector<float> xs(static_cast<size_t>(c.cols)), ys(static_cast<size_t>(c.rows));
+    std::vector<float> xs(static_cast<size_t>(tokens * c.cols)), ys(static_cast<size_t>(tokens * c.rows));
     for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.01f * static_cast<float>(i));
     // Two settings take turns: one row a pass (DecodeOneRow) and each kernel's own count.
     std::vector<double> ratios[2], reads[2], kernel[2];
@@ -821,7 +827,7 @@ int TurnsMode(int64_t total, const std::string& only) {
       m2::SetDecodeOneRowForTesting(one);
       const auto t0 = Clock::now();
       for (int rep = 0; rep < 3; ++rep)
-        for (const auto& w : s.mats) m2::LinearOnPool(w, xs.data(), 1, ys.data(), pool);
+        for (const auto& w : s.mats) m2::LinearOnPool(w, xs.data(), tokens, ys.data(), pool);
       const double k = 3.0 * static_cast<double>(bytes) / Seconds(t0);
       const double after = m2::MeasureReadBandwidth(pool, probe, probe_n, 1);
       reads[one].push_back(0.5 * (before + after));
@@ -941,7 +947,8 @@ int MoeMode(const std::string& name) {
 }
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::strcmp(argv[1], "--turns") == 0) return TurnsMode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20, argc > 3 ? argv[3] : "");
+  if (argc > 1 && std::strcmp(argv[1], "--turns") == 0)  // --turns [MiB [FILTER [TOKENS]]]
+    return TurnsMode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20, argc > 3 ? argv[3] : "", argc > 4 ? std::atoll(argv[4]) : 1);
   if (argc > 1 && std::strcmp(argv[1], "--moe") == 0) return MoeMode(argc > 2 ? argv[2] : "");
   if (argc > 1 && std::strcmp(argv[1], "--attention") == 0) return AttentionMode();
   if (argc > 1 && std::strcmp(argv[1], "--small") == 0) return SmallMode();

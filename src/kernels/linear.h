@@ -87,16 +87,21 @@ bool Fp8GemvEightRows();
 bool Bf16GemvWideRows();
 void SetBf16GemvWideRowsForTesting(int mode);
 
-// Whether the one-token decode kernels take one row a pass, so each thread reads one stream
-// of weights, rather than their own counts (2 to 8 rows, each chosen on Zen 3, Zen 4 or
-// Intel, where more streams in flight read faster). On by default on AMD's family 0x1A
-// (Zen 5) and later: there every kernel read about 88-92% of a plain read with one row
-// against 72-79% with its own count (`gemv_bench --turns 1024`, which takes turns between
-// the two). The same bits either way (each row has its own chain of sums).
+// Whether the decode kernels (up to kDecodeOneRowTokens tokens) take one row a pass, so each
+// thread reads one stream of weights, rather than their own counts (2 to 8 rows, each chosen
+// on Zen 3, Zen 4 or Intel, where more streams in flight read faster). On by default on
+// AMD's family 0x1A (Zen 5) and later: there every one-token kernel read about 88-92% of a
+// plain read with one row against 72-80% with its own count, and at 2-4 tokens one row was
+// ahead or level in every kernel (`gemv_bench --turns 1024 "" TOKENS`, which takes turns
+// between the two). The exact kernels at 3-8 tokens (GemvBatchRows) have passes of their
+// own and do not ask. The same bits either way (each row has its own chain of sums).
 // M2_DECODE_ROWS=1 or own (base/cpu.h) sets it for a run, on any CPU.
 // SetDecodeOneRowForTesting: 1 forces one row, 0 forbids it, -1 (the start) follows
 // M2_DECODE_ROWS, or the CPU where that is unset.
 bool DecodeOneRow();
+// The token counts up to which DecodeOneRow() applies (the int8 q4 tiles of 512 bits follow it
+// at every count; the 256-bit ones keep 2 rows at 4 tokens, linear_int8_simd.inc).
+inline constexpr int kDecodeOneRowTokens = 4;
 void SetDecodeOneRowForTesting(int mode);
 
 // Columns per scale in kQ8 / kQ4.

@@ -122,6 +122,15 @@ void GemvBf16(const LinearWeight& w, const uint16_t* xb, float* y, int64_t r0, i
   }
 }
 
+// Runs kernel<T, R> (R rows a pass), or kernel<T, 1> where DecodeOneRow() says so (Zen 5,
+// linear.h).
+template <int T, int R, class Kernel>
+bool Pass(const Kernel& kernel) {
+  if (T <= kDecodeOneRowTokens && DecodeOneRow()) kernel.template operator()<T, 1>();
+  else kernel.template operator()<T, R>();
+  return true;
+}
+
 }  // namespace
 }  // namespace m2::avx512bf16gemv
 
@@ -163,26 +172,22 @@ void PackGemvBf16Avx512(const float* x, int64_t n, int64_t K, bool fp8_order, ui
 bool GemvRowsBf16Avx512(const LinearWeight& w, const uint16_t* xb, int64_t n, float* y, int64_t r0, int64_t r1) {
   using namespace avx512bf16gemv;
   if (w.format == WeightFormat::kFp8Block) {
+    const auto fp8 = [&]<int T, int R>() { GemvFp8<T, R>(w, xb, y, r0, r1); };
     switch (n) {
-      case 1:  // 4 rows a pass, or 1 where DecodeOneRow() says so (Zen 5, linear.h)
-        if (DecodeOneRow()) GemvFp8<1, 1>(w, xb, y, r0, r1);
-        else GemvFp8<1, 4>(w, xb, y, r0, r1);
-        return true;
-      case 2: GemvFp8<2, 4>(w, xb, y, r0, r1); return true;
-      case 3: GemvFp8<3, 2>(w, xb, y, r0, r1); return true;
-      case 4: GemvFp8<4, 2>(w, xb, y, r0, r1); return true;
+      case 1: return Pass<1, 4>(fp8);
+      case 2: return Pass<2, 4>(fp8);
+      case 3: return Pass<3, 2>(fp8);
+      case 4: return Pass<4, 2>(fp8);
       default: return false;
     }
   }
   if (w.format == WeightFormat::kBF16) {
+    const auto bf16 = [&]<int T, int R>() { GemvBf16<T, R>(w, xb, y, r0, r1); };
     switch (n) {
-      case 1:
-        if (DecodeOneRow()) GemvBf16<1, 1>(w, xb, y, r0, r1);
-        else GemvBf16<1, 4>(w, xb, y, r0, r1);
-        return true;
-      case 2: GemvBf16<2, 4>(w, xb, y, r0, r1); return true;
-      case 3: GemvBf16<3, 4>(w, xb, y, r0, r1); return true;
-      case 4: GemvBf16<4, 2>(w, xb, y, r0, r1); return true;
+      case 1: return Pass<1, 4>(bf16);
+      case 2: return Pass<2, 4>(bf16);
+      case 3: return Pass<3, 4>(bf16);
+      case 4: return Pass<4, 2>(bf16);
       default: return false;
     }
   }
