@@ -773,7 +773,7 @@ int ReadMode(int64_t total) {
 // Decode kernels against a read of the very same bytes, taking turns (`gemv_bench --turns
 // [MiB]`): on a VM whose memory switches between speeds from one minute (or second) to the
 // next, a ceiling measured before or after a timing can belong to another regime; here each
-// pass of a kernel over the matrices (one token, every thread, the activation mode `auto`
+// pass of a kernel over the matrices (TOKENS tokens, every thread, the activation mode `auto`
 // gives that format in the model) sits between two reads of the same buffer (the probe's
 // four patterns, best of them), and each turn's ratio is to the mean of its two reads.
 // The turns alternate between one row a pass and each kernel's own count (DecodeOneRow,
