@@ -17,7 +17,8 @@
 //                                           auto picks them, and FP8 exact; NAME: those whose name contains it;
 //                                           TOKENS per product, default 1) against a read of the same bytes,
 //                                           taking turns, all threads: the ratio within one memory regime;
-//                                           one row a pass and each kernel's own count take turns too
+//                                           the rows a pass, prefetch and chunk order take turns too,
+//                                           and each is also timed in L2
 //   build/bench/gemv_bench --bf16 [MiB]    bf16 / FP8 decode: exact against bf16 activations,
 //                                           one thread and all threads
 //   build/bench/gemv_bench --read [MiB]    the read probe's patterns, one thread and all
@@ -776,8 +777,11 @@ int ReadMode(int64_t total) {
 // pass of a kernel over the matrices (TOKENS tokens, every thread, the activation mode `auto`
 // gives that format in the model) sits between two reads of the same buffer (the probe's
 // four patterns, best of them), and each turn's ratio is to the mean of its two reads.
-// The turns alternate between one row a pass and each kernel's own count (DecodeOneRow,
-// linear.h), 10 of each. TOKENS (default 1): tokens per product, 1 to 8.
+// The turns rotate through five settings, 10 turns each: one row a pass or each kernel's own
+// count (DecodeOneRow, linear.h), the int8 / int16 kernels' prefetch (RowPrefetch) and the
+// order of the row chunks (in order or spread over the threads); each turn also times the
+// kernel over a few rows in L2 (its own speed in the same minute). TOKENS (default 1): tokens
+// per product, 1 to 8.
 int TurnsMode(int64_t total, const std::string& only, int64_t tokens) {
   m2::ThreadPool& pool = m2::ThreadPool::Global();
   const bool bf16_decode = m2::Bf16PrefillBeatsFp32(m2::WeightFormat::kFp8Block);  // auto: FP8 decode steps on the bf16 kernel (AMD, VBMI)
@@ -819,32 +823,69 @@ int TurnsMode(int64_t total, const std::string& only, int64_t tokens) {
     const int64_t probe_n = static_cast<int64_t>(s.data->size() / sizeof(float));
     std::vector<float> xs(static_cast<size_t>(tokens * c.cols)), ys(static_cast<size_t>(tokens * c.rows));
     for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.01f * static_cast<float>(i));
-    // Two settings take turns: one row a pass (DecodeOneRow) and each kernel's own count.
-    std::vector<double> ratios[2], reads[2], kernel[2];
+    // The settings take turns: one row a pass (DecodeOneRow) and each kernel's own count,
+    // the prefetch (RowPrefetch) and the order of the row chunks (SetDecodeChunkOrderForTesting).
+    struct Setting {
+      const char* name;
+      int one_row, prefetch, spread;
+    };
+    // The L2 / L1 + L2 prefetch is the int8 and int16 kernels' (RowPrefetch, linear.h).
+    const Setting settings[] = {{"one row a pass, L2 prefetch, chunks spread", 1, 1, 1},
+                                {"one row a pass, L2 prefetch, chunks in order", 1, 1, 0},
+                                {"one row a pass, L1 + L2 prefetch, chunks spread", 1, 0, 1},
+                                {"own rows a pass, L1 + L2 prefetch, chunks spread", 0, 0, 1},
+                                {"own rows a pass, L1 + L2 prefetch, chunks in order", 0, 0, 0}};
+    constexpr int kSettings = 5;
+    const bool one = m2::DecodeOneRow();
+    const int chosen = one ? 0 : 3;  // this CPU's choice (the defaults of DecodeOneRow and DecodeRowPrefetch)
+    std::vector<double> ratios[kSettings], reads[kSettings], kernel[kSettings], cached[kSettings];
+    // The same kernel over a few rows of the first matrix (about 1.5 MiB: in the cores' L2),
+    // timed in each turn too: its speed where the memory costs nothing, in the same minute
+    // as the reads.
+    m2::LinearWeight small = s.mats[0];
+    small.rows = std::min<int64_t>(c.rows, std::max<int64_t>(16, (int64_t{3} << 19) / (small.bytes() / c.rows)) / 16 * 16);
+    const int64_t small_bytes = small.bytes();
     double before = m2::MeasureReadBandwidth(pool, probe, probe_n, 1);
-    for (int turn = 0; turn < 20; ++turn) {
-      const int one = turn % 2 == 0 ? 1 : 0;
-      m2::SetDecodeOneRowForTesting(one);
+    for (int turn = 0; turn < 10 * kSettings; ++turn) {
+      const int k = turn % kSettings;
+      m2::SetDecodeOneRowForTesting(settings[k].one_row);
+      m2::SetRowPrefetchForTesting(settings[k].prefetch);
+      m2::SetDecodeChunkOrderForTesting(settings[k].spread);
       const auto t0 = Clock::now();
       for (int rep = 0; rep < 3; ++rep)
         for (const auto& w : s.mats) m2::LinearOnPool(w, xs.data(), tokens, ys.data(), pool);
-      const double k = 3.0 * static_cast<double>(bytes) / Seconds(t0);
+      const double speed = 3.0 * static_cast<double>(bytes) / Seconds(t0);
+      m2::LinearOnPool(small, xs.data(), tokens, ys.data(), pool);
+      double best = 1e30;
+      for (int rep = 0; rep < 40; ++rep) {
+        const auto c0 = Clock::now();
+        m2::LinearOnPool(small, xs.data(), tokens, ys.data(), pool);
+        best = std::min(best, Seconds(c0));
+      }
+      cached[k].push_back(static_cast<double>(small_bytes) / best);
       const double after = m2::MeasureReadBandwidth(pool, probe, probe_n, 1);
-      reads[one].push_back(0.5 * (before + after));
-      kernel[one].push_back(k);
-      ratios[one].push_back(k / reads[one].back());
+      reads[k].push_back(0.5 * (before + after));
+      kernel[k].push_back(speed);
+      ratios[k].push_back(speed / reads[k].back());
       before = after;
     }
     m2::SetDecodeOneRowForTesting(-1);
-    for (int one = 1; one >= 0; --one) {
-      const char* label = one ? "  one row a pass" : "  own rows a pass";
-      std::printf("%s%s%s\n%-28s", c.name, label, one == (m2::DecodeOneRow() ? 1 : 0) ? " (this CPU's choice)" : "", "");
-      for (size_t i = 0; i < ratios[one].size(); ++i) std::printf(" %.0f/%.0f", kernel[one][i] / 1e9, reads[one][i] / 1e9);
-      const TurnsSummary m = Summarize(ratios[one], reads[one]);
+    m2::SetRowPrefetchForTesting(-1);
+    m2::SetDecodeChunkOrderForTesting(-1);
+    for (int k = 0; k < kSettings; ++k) {
+      std::printf("%s  %s%s\n%-28s", c.name, settings[k].name, k == chosen ? " (this CPU's choice)" : "", "");
+      for (size_t i = 0; i < ratios[k].size(); ++i) std::printf(" %.0f/%.0f", kernel[k][i] / 1e9, reads[k][i] / 1e9);
+      const TurnsSummary m = Summarize(ratios[k], reads[k]);
       std::printf("\n%-28s GB/s kernel/read per turn above; of the read: median %.0f%% [%.0f-%.0f%%], in the faster "
                   "half of the turns (reads %.0f-%.0f GB/s) %.0f%%\n",
                   "", 100 * m.median, 100 * m.lo, 100 * m.hi, m.fast_read_lo / 1e9, m.fast_read_hi / 1e9,
                   100 * m.fast_median);
+      std::vector<double> alone(cached[k].size());
+      for (size_t i = 0; i < alone.size(); ++i) alone[i] = cached[k][i] / reads[k][i];
+      const TurnsSummary a = Summarize(alone, reads[k]);
+      std::printf("%-28s in L2 (%lld KiB, best of 40): %.0f-%.0f GB/s, %.2fx the read (faster half %.2fx)\n", "",
+                  static_cast<long long>(small_bytes >> 10), *std::min_element(cached[k].begin(), cached[k].end()) / 1e9,
+                  *std::max_element(cached[k].begin(), cached[k].end()) / 1e9, a.median, a.fast_median);
     }
   }
   return 0;

@@ -263,6 +263,21 @@ namespace {
 // by one thread either way.
 constexpr int64_t kDecodeChunkBytes = int64_t{2} << 20;
 int DecodeChunksPerThread(const LinearWeight& w, int threads) { return RowChunksPerThread(w.bytes(), threads, kDecodeChunkBytes); }
+// The order of a decode product's chunks (SetDecodeChunkOrderForTesting, linear.h): spread
+// (ThreadPool::Order::kSpread), so each thread mostly takes the chunk after its last one and
+// reads along one run of rows, its prefetches reaching on into its next chunk, where in
+// order every chunk a thread takes starts a stream of its own. `gemv_bench --turns 1024`
+// (Zen 5 VM, one row a pass, L2 prefetch, three runs split by the reads around the turns,
+// fast / slow minutes), spread against in order: q8 int16 86 / 94% of the read against 82 /
+// 92%, q8 int8 85 / 96% against 80 / 93%, q4 int8 78 / 94% against 70 / 88%, the exact FP8
+// and q8 kernels 79-80 / 89-90% against 75-77 / 87-88%; the whole FP8 slice (`m2 bench`, its
+// bf16 kernel) level, 77-78% in fast minutes either way. The same bits either way: each row
+// is computed whole by one thread.
+std::atomic<int> g_decode_spread_for_testing{-1};
+ThreadPool::Order DecodeChunkOrder() {
+  const int mode = g_decode_spread_for_testing.load(std::memory_order_relaxed);
+  return mode == 0 ? ThreadPool::Order::kInOrder : ThreadPool::Order::kSpread;
+}
 
 // The int16 prefill GEMM: tokens in chunks of 128, each quantized into tiles (spread over
 // the pool by tokens), then the rows spread over the pool in whole panels.
@@ -407,7 +422,7 @@ void LinearExactOn(const LinearWeight& w, const float* x, int64_t n, float* y, T
     return;
   }
   const auto body = [&](int64_t r0, int64_t r1, int) { ExactRows(w, x, n, y, r0, r1, isa); };
-  if (parallel) pool->ParallelForChunks(w.rows, 16, DecodeChunksPerThread(w, pool->size()), body);
+  if (parallel) pool->ParallelForChunks(w.rows, 16, DecodeChunksPerThread(w, pool->size()), body, DecodeChunkOrder());
   else body(0, w.rows, 0);
 }
 // pool == nullptr: everything on the calling thread. The activation mode is decided here,
@@ -426,7 +441,7 @@ void LinearOn(const LinearWeight& w, const float* x, int64_t n, float* y, Thread
     const RowsInput* ip = &in;  // a thread_local named in the lambda would be the worker's own
     const auto body = [&, ip](int64_t r0, int64_t r1, int) { ip->Rows(w, y, r0, r1); };
     const bool par = pool_or_null != nullptr && pool_or_null->size() > 1 && w.rows * w.cols * n >= (1 << 16);
-    if (par) pool_or_null->ParallelForChunks(w.rows, 16, DecodeChunksPerThread(w, pool_or_null->size()), body);
+    if (par) pool_or_null->ParallelForChunks(w.rows, 16, DecodeChunksPerThread(w, pool_or_null->size()), body, DecodeChunkOrder());
     else body(0, w.rows, 0);
     return;
   }
@@ -475,6 +490,16 @@ bool DecodeOneRow() {
   return mode < 0 ? Cpu().amd && Cpu().family >= 0x1a : mode == 1;
 }
 void SetDecodeOneRowForTesting(int mode) { g_decode_one_row_for_testing.store(mode, std::memory_order_relaxed); }
+void SetDecodeChunkOrderForTesting(int mode) { g_decode_spread_for_testing.store(mode, std::memory_order_relaxed); }
+namespace {
+std::atomic<int> g_row_prefetch_for_testing{-1};
+}  // namespace
+RowPrefetch DecodeRowPrefetch() {
+  const int mode = g_row_prefetch_for_testing.load(std::memory_order_relaxed);
+  const bool stream = mode < 0 ? DecodeOneRow() : mode == 1;
+  return stream ? RowPrefetch::kL2Stream : RowPrefetch::kNearAndFar;
+}
+void SetRowPrefetchForTesting(int mode) { g_row_prefetch_for_testing.store(mode, std::memory_order_relaxed); }
 
 void Linear(const LinearWeight& w, const float* x, int64_t n, float* y) { LinearOn(w, x, n, y, &ThreadPool::Global()); }
 

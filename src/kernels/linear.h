@@ -104,6 +104,32 @@ bool DecodeOneRow();
 inline constexpr int kDecodeOneRowTokens = 4;
 void SetDecodeOneRowForTesting(int mode);
 
+// How the int8 and int16 decode kernels (linear_int8.h, linear_int16.h) prefetch the rows
+// they stream from memory. kNearAndFar: into L1 3 KiB ahead and into L2 16 KiB ahead, chosen
+// on Zen 3, Zen 4 and Intel. kL2Stream: into L2 only, kPrefetchStreamBytes ahead, where
+// DecodeOneRow() (Zen 5: one stream per thread, which the core's own prefetchers carry into
+// L1). kNone: none (tiles after the first, over rows already in L2). On the Zen 5 VM the L1
+// prefetch cost reads in the minutes its memory was fast: `gemv_bench --turns 1024` (one row
+// a pass, 2 threads, turns split by the reads around them, fast >= 65 GB/s, slow <= 58), L2
+// 8 KiB against L1 + L2, fast / slow: q8 int16 82 / 92% of the read against 76 / 88%, q8
+// int8 80 / 93% against 81 / 89%, q4 int8 70 / 88% against 72 / 86% (L2 4 KiB / 12 KiB / 16
+// KiB for q4 in fast minutes: 74-76 / 78 / 77-78%, 8 KiB 79-80%). The whole model (`m2 bench
+// --context 128`, alternating): q8 copy 88.9% against 81.6% in fast minutes, 94.6% against
+// 91.4% in slow ones; q4 copy 94.7% against 91.4% (slow). The bf16 / FP8 kernels with bf16
+// activations (linear_bf16_gemv_avx512.cpp) keep their L1 + L2 prefetch: the FP8 slice read
+// 73% with the L2 one against 78% in fast minutes.
+enum class RowPrefetch : uint8_t { kNone, kNearAndFar, kL2Stream };
+inline constexpr int64_t kPrefetchStreamBytes = 8192;
+// kL2Stream where DecodeOneRow(), else kNearAndFar. SetRowPrefetchForTesting: 0 forces
+// kNearAndFar, 1 kL2Stream (whatever the rows a pass), -1 (the start) follows DecodeOneRow().
+RowPrefetch DecodeRowPrefetch();
+void SetRowPrefetchForTesting(int mode);
+
+// The order in which a decode product's row chunks go to the threads (ThreadPool::Order,
+// linear.cpp's DecodeChunkOrder). SetDecodeChunkOrderForTesting: 1 spread, 0 in order, -1
+// (the start) the default.
+void SetDecodeChunkOrderForTesting(int mode);
+
 // Columns per scale in kQ8 / kQ4.
 inline constexpr int64_t kQuantGroup = 32;
 

@@ -140,12 +140,21 @@ void CheckKernel(Int16RowsFn kernel) {
 
 TEST(Int16ActivationsTest, Avx2MatchesTheReference) {
   if (!Cpu().has_avx2()) GTEST_SKIP() << "this CPU has no AVX2";
-  CheckKernel(LinearInt16RowsAvx2);
+  for (int one_row : {0, 1}) {  // 2 rows a pass up to 2 tokens, then 1; or always 1
+    SetDecodeOneRowForTesting(one_row);
+    CheckKernel(LinearInt16RowsAvx2);
+  }
+  SetDecodeOneRowForTesting(-1);
 }
 
 TEST(Int16ActivationsTest, Avx512VnniMatchesAvx2AndTheReference) {
   if (!Cpu().has_avx512() || !Cpu().avx512_vnni) GTEST_SKIP() << "this CPU has no AVX-512 VNNI: " << Cpu().Describe();
-  CheckKernel(LinearInt16RowsAvx512Vnni);
+  // Both forms: the 256-bit one (own rows a pass) and the 512-bit one of one row a pass.
+  for (int one_row : {0, 1}) {
+    SetDecodeOneRowForTesting(one_row);
+    CheckKernel(LinearInt16RowsAvx512Vnni);
+  }
+  SetDecodeOneRowForTesting(-1);
 }
 
 TEST(Int16ActivationsTest, KernelChoiceAndFormats) {

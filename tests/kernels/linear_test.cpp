@@ -281,7 +281,9 @@ TEST(LinearTest, Bf16WideRowPassesGiveTheSameBits) {
 // the same bits for every format and activation mode the model uses in decode, odd row
 // counts (passes of 2, 3, 4 rows leave some over), group counts that are not a multiple of
 // 8 (the q4 tiles' tails), 1 to 5 tokens (one token everywhere, and the 512-bit q4 tiles at
-// 2 to 4). Both settings are forced, so every CPU runs both paths of its kernels.
+// 2 to 4). Both settings are forced, so every CPU runs both paths of its kernels, each with
+// both prefetches (RowPrefetch: the L1 + L2 one and the L2-only one) and, on the pool (from 3
+// tokens, where the product is big enough to split), with the row chunks in order and spread.
 TEST(LinearTest, OneRowDecodeGivesTheSameBits) {
   std::mt19937 rng(47);
   struct ModeCase {
@@ -306,17 +308,33 @@ TEST(LinearTest, OneRowDecodeGivesTheSameBits) {
     for (int64_t n = 1; n <= 5; ++n) {
       std::vector<float> x(static_cast<size_t>(n * mc.c.cols));
       for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
-      std::vector<float> own(static_cast<size_t>(n * mc.c.rows), -1.0f), one(own.size(), -2.0f);
+      std::vector<float> own(static_cast<size_t>(n * mc.c.rows), -1.0f);
       SetDecodeOneRowForTesting(0);
+      SetRowPrefetchForTesting(0);
       LinearOnThisThread(m.w, x.data(), n, own.data());
-      SetDecodeOneRowForTesting(1);
-      LinearOnThisThread(m.w, x.data(), n, one.data());
-      SetDecodeOneRowForTesting(-1);
-      for (size_t i = 0; i < own.size(); ++i) {
-        ASSERT_FALSE(std::isnan(own[i])) << i;
-        ASSERT_EQ(own[i], one[i]) << WeightFormatName(mc.c.format) << " mode " << static_cast<int>(mc.mode) << " n=" << n
-                                  << " output " << i;
+      for (size_t i = 0; i < own.size(); ++i) ASSERT_FALSE(std::isnan(own[i])) << i;
+      // One row or the kernel's own count, each with either prefetch, on this thread; then
+      // on the pool with the row chunks in order and spread.
+      for (int setting = 0; setting < 5; ++setting) {
+        std::vector<float> got(own.size(), -2.0f);
+        SetDecodeOneRowForTesting(setting < 4 ? setting / 2 : -1);
+        SetRowPrefetchForTesting(setting < 4 ? setting % 2 : -1);
+        if (setting < 4) {
+          LinearOnThisThread(m.w, x.data(), n, got.data());
+          ASSERT_EQ(own, got) << WeightFormatName(mc.c.format) << " mode " << static_cast<int>(mc.mode) << " n=" << n
+                              << " setting " << setting;
+          continue;
+        }
+        for (int spread = 0; spread < 2; ++spread) {
+          SetDecodeChunkOrderForTesting(spread);
+          Linear(m.w, x.data(), n, got.data());
+          ASSERT_EQ(own, got) << WeightFormatName(mc.c.format) << " mode " << static_cast<int>(mc.mode) << " n=" << n
+                              << " on the pool, chunks " << (spread ? "spread" : "in order");
+        }
+        SetDecodeChunkOrderForTesting(-1);
       }
+      SetDecodeOneRowForTesting(-1);
+      SetRowPrefetchForTesting(-1);
     }
   }
 }
