@@ -951,7 +951,7 @@ int MoeMode(const std::string& name) {
   const char* const variant_name[kVariants] = {"whole experts", "rows in order", "rows spread"};
   const auto steps = [&](int variant, int turn) {
     m2::SetMoeRowsJobsForTesting(variant > 0);
-    m2::SetMoeRowsSpreadForTesting(variant == 2);
+    m2::SetDecodeChunkOrderForTesting(variant == 2 ? 1 : 0);
     int64_t bytes = 0;
     const auto t0 = Clock::now();
     for (int k = 0; k < kSteps; ++k) {
@@ -976,7 +976,7 @@ int MoeMode(const std::string& name) {
     }
   }
   m2::SetMoeRowsJobsForTesting(true);
-  m2::SetMoeRowsSpreadForTesting(true);
+  m2::SetDecodeChunkOrderForTesting(-1);
   for (int v = 0; v < kVariants; ++v) {
     const TurnsSummary m = Summarize(ratio[v], reads[v]);
     std::printf("%-14s of the read: median %.1f%% [%.1f-%.1f%%], in the faster half of the turns (reads %.0f-%.0f GB/s) "

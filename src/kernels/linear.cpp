@@ -273,11 +273,7 @@ int DecodeChunksPerThread(const LinearWeight& w, int threads) { return RowChunks
 // and q8 kernels 79-80 / 89-90% against 75-77 / 87-88%; the whole FP8 slice (`m2 bench`, its
 // bf16 kernel) level, 77-78% in fast minutes either way. The same bits either way: each row
 // is computed whole by one thread.
-std::atomic<int> g_decode_spread_for_testing{-1};
-ThreadPool::Order DecodeChunkOrder() {
-  const int mode = g_decode_spread_for_testing.load(std::memory_order_relaxed);
-  return mode == 0 ? ThreadPool::Order::kInOrder : ThreadPool::Order::kSpread;
-}
+ThreadPool::Order DecodeChunkOrder() { return DecodeChunksSpread() ? ThreadPool::Order::kSpread : ThreadPool::Order::kInOrder; }
 
 // The int16 prefill GEMM: tokens in chunks of 128, each quantized into tiles (spread over
 // the pool by tokens), then the rows spread over the pool in whole panels.
@@ -490,6 +486,10 @@ bool DecodeOneRow() {
   return mode < 0 ? Cpu().amd && Cpu().family >= 0x1a : mode == 1;
 }
 void SetDecodeOneRowForTesting(int mode) { g_decode_one_row_for_testing.store(mode, std::memory_order_relaxed); }
+namespace {
+std::atomic<int> g_decode_spread_for_testing{-1};
+}  // namespace
+bool DecodeChunksSpread() { return g_decode_spread_for_testing.load(std::memory_order_relaxed) != 0; }
 void SetDecodeChunkOrderForTesting(int mode) { g_decode_spread_for_testing.store(mode, std::memory_order_relaxed); }
 namespace {
 std::atomic<int> g_row_prefetch_for_testing{-1};

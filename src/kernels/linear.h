@@ -125,9 +125,11 @@ inline constexpr int64_t kPrefetchStreamBytes = 8192;
 RowPrefetch DecodeRowPrefetch();
 void SetRowPrefetchForTesting(int mode);
 
-// The order in which a decode product's row chunks go to the threads (ThreadPool::Order,
-// linear.cpp's DecodeChunkOrder). SetDecodeChunkOrderForTesting: 1 spread, 0 in order, -1
-// (the start) the default.
+// Whether decode products (and the decode MoE's row jobs, model/moe.cpp) hand their row
+// chunks to the threads spread (ThreadPool::Order::kSpread) rather than in order: on unless
+// a test says otherwise (why: linear.cpp, DecodeChunkOrder). SetDecodeChunkOrderForTesting:
+// 1 spread, 0 in order, -1 (the start) the default.
+bool DecodeChunksSpread();
 void SetDecodeChunkOrderForTesting(int mode);
 
 // Columns per scale in kQ8 / kQ4.

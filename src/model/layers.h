@@ -132,7 +132,6 @@ void MoeForward(const ModelConfig& cfg, const MoeWeights& w, int64_t layer, cons
 // Off: decode chunks take whole experts per thread (or rows per matrix) as prefill chunks
 // do, instead of the two row jobs (for gemv_bench --moe and the tests; on by default).
 void SetMoeRowsJobsForTesting(bool on);
-// Off: the row jobs hand their chunks out in order instead of spread (ThreadPool::Order).
-void SetMoeRowsSpreadForTesting(bool on);
+// The row jobs hand their chunks out as decode products do (DecodeChunksSpread, kernels/linear.h).
 
 }  // namespace m2

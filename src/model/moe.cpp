@@ -21,10 +21,8 @@ namespace m2 {
 
 namespace {
 std::atomic<bool> g_moe_rows_jobs{true};
-std::atomic<bool> g_moe_rows_spread{true};
 }  // namespace
 void SetMoeRowsJobsForTesting(bool on) { g_moe_rows_jobs.store(on, std::memory_order_relaxed); }
-void SetMoeRowsSpreadForTesting(bool on) { g_moe_rows_spread.store(on, std::memory_order_relaxed); }
 
 namespace {
 // Expert e's (token, slot) pairs in the chunk: pair_flat[expert_start[e] .. expert_start[e + 1]).
@@ -120,7 +118,7 @@ void ExpertsByRows(const MoeWeights& w, const float* x, int64_t c0, int64_t c1, 
     bytes13 += ex.w1.bytes() + ex.w3.bytes(), bytes2 += ex.w2.bytes();
   }
   const int threads = pool.size();
-  const auto order = g_moe_rows_spread.load(std::memory_order_relaxed) ? ThreadPool::Order::kSpread : ThreadPool::Order::kInOrder;
+  const auto order = DecodeChunksSpread() ? ThreadPool::Order::kSpread : ThreadPool::Order::kInOrder;
   // Job 1: rows [0, used * 2I): slot i's W1 rows at 2iI, its W3 rows at (2i + 1)I.
   pool.ParallelForChunks(used * 2 * I, 16, RowChunksPerThread(bytes13, threads, kMoeRowChunkBytes),
                          [&](int64_t b, int64_t e, int) {
