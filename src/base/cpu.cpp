@@ -117,7 +117,18 @@ Status CheckKernelsEnv() {
   auto amx = ResolveAmx(std::getenv("M2_AMX"));
   if (!amx.ok()) return amx.status();
   auto rows = ResolveDecodeRows(std::getenv("M2_DECODE_ROWS"));
-  return rows.ok() ? Status() : rows.status();
+  if (!rows.ok()) return rows.status();
+  auto prefetch = ResolveDecodePrefetch(std::getenv("M2_DECODE_PREFETCH"));
+  return prefetch.ok() ? Status() : prefetch.status();
+}
+
+Result<int> ResolveDecodePrefetch(const char* m2_decode_prefetch) {
+  if (m2_decode_prefetch == nullptr || *m2_decode_prefetch == '\0') return -1;
+  if (std::strcmp(m2_decode_prefetch, "l2") == 0) return 1;
+  if (std::strcmp(m2_decode_prefetch, "l1+l2") == 0) return 0;
+  return Error("M2_DECODE_PREFETCH: expected l2 (the decode kernels prefetch weights into L2 only), l1+l2 (into L1 "
+               "and L2) or unset (l2 where they take one row a pass), found '{}'",
+               m2_decode_prefetch);
 }
 
 Result<int> ResolveDecodeRows(const char* m2_decode_rows) {

@@ -64,6 +64,11 @@ Result<bool> ResolveAmx(const char* m2_amx);
 // empty: what this CPU was measured to want (kernels/linear.h, DecodeOneRow). Returns 1, 0
 // or -1 (unset); another value is an error.
 Result<int> ResolveDecodeRows(const char* m2_decode_rows);
+// M2_DECODE_PREFETCH: how the decode kernels prefetch the weights they stream
+// (kernels/linear.h, RowPrefetch): "l2" into L2 only, "l1+l2" into L1 and L2, unset or
+// empty: l2 where the kernels take one row a pass, else l1+l2. Returns 1 (l2), 0 (l1+l2) or
+// -1 (unset); another value is an error.
+Result<int> ResolveDecodePrefetch(const char* m2_decode_prefetch);
 const char* IsaName(KernelIsa isa);
 
 }  // namespace m2

@@ -719,7 +719,7 @@ int Run(const BenchOptions& o) {
   if (m.ranks() > 1) j["ranks"] = rank_rows;
   j["attention"] = AttentionName(m.attention_math(), *kv_dtype);
   j["prefill_gemm"] = amx ? "bf16 (tile unit)" : bf16 ? "bf16" : int8_gemm ? "int8" : int16_gemm ? "int16" : "fp32";
-  // M2_DECODE_ROWS and the int8 / int16 decode kernels' prefetch (kernels/linear.h).
+  // M2_DECODE_ROWS and M2_DECODE_PREFETCH, or what this CPU gets without them (kernels/linear.h).
   const bool one_row = DecodeOneRow(), l2_prefetch = DecodeRowPrefetch() == RowPrefetch::kL2Stream;
   j["decode_rows_per_pass"] = one_row ? "one" : "own";
   j["decode_prefetch"] = l2_prefetch ? "l2" : "l1+l2";
@@ -729,7 +729,7 @@ int Run(const BenchOptions& o) {
     return any_failed ? 1 : 0;
   }
   std::printf("machine: %s kernels, %d threads; read bandwidth %.1f GB/s; fp32 FMA peak %.1f GFLOP/s; "
-              "activations %s; attention %s; decode rows a pass: %s (int8 / int16 prefetch into %s)\n",
+              "activations %s; attention %s; decode rows a pass: %s (prefetch into %s)\n",
               ActiveKernelsName(), threads, bandwidth / 1e9, peak / 1e9, o.activations.c_str(),
               AttentionName(m.attention_math(), *kv_dtype), one_row ? "one" : "each kernel's own", l2_prefetch ? "L2" : "L1 + L2");
   std::printf("  (the higher of two measurements: before the timings %.1f GB/s, %.1f GFLOP/s; after %.1f GB/s, %.1f GFLOP/s)\n",

@@ -474,13 +474,16 @@ bool Bf16GemvWideRows() {
 void SetBf16GemvWideRowsForTesting(int mode) { g_bf16_wide_rows_for_testing.store(mode, std::memory_order_relaxed); }
 namespace {
 std::atomic<int> g_decode_one_row_for_testing{-1};
+// A decode setting from the environment (base/cpu.h's resolvers: 1, 0 or -1 for unset). The
+// CLI checks these first (CheckKernelsEnv), so a bad value stops here only in other programs.
+int DecodeEnvSetting(Result<int> (*resolve)(const char*), const char* var) {
+  auto r = resolve(std::getenv(var));
+  M2_CHECK(r.ok(), "{}", r.status().message());
+  return *r;
+}
 }  // namespace
 bool DecodeOneRow() {
-  static const int env = [] {
-    auto r = ResolveDecodeRows(std::getenv("M2_DECODE_ROWS"));
-    M2_CHECK(r.ok(), "{}", r.status().message());
-    return *r;
-  }();
+  static const int env = DecodeEnvSetting(ResolveDecodeRows, "M2_DECODE_ROWS");
   int mode = g_decode_one_row_for_testing.load(std::memory_order_relaxed);
   if (mode < 0) mode = env;
   return mode < 0 ? Cpu().amd && Cpu().family >= 0x1a : mode == 1;
@@ -495,7 +498,9 @@ namespace {
 std::atomic<int> g_row_prefetch_for_testing{-1};
 }  // namespace
 RowPrefetch DecodeRowPrefetch() {
-  const int mode = g_row_prefetch_for_testing.load(std::memory_order_relaxed);
+  static const int env = DecodeEnvSetting(ResolveDecodePrefetch, "M2_DECODE_PREFETCH");
+  int mode = g_row_prefetch_for_testing.load(std::memory_order_relaxed);
+  if (mode < 0) mode = env;
   const bool stream = mode < 0 ? DecodeOneRow() : mode == 1;
   return stream ? RowPrefetch::kL2Stream : RowPrefetch::kNearAndFar;
 }

@@ -104,9 +104,11 @@ bool DecodeOneRow();
 inline constexpr int kDecodeOneRowTokens = 4;
 void SetDecodeOneRowForTesting(int mode);
 
-// How the int8 and int16 decode kernels (linear_int8.h, linear_int16.h) prefetch the rows
-// they stream from memory. kNearAndFar: into L1 3 KiB ahead and into L2 16 KiB ahead, chosen
-// on Zen 3, Zen 4 and Intel. kL2Stream: into L2 only, kPrefetchStreamBytes ahead, where
+// How the decode kernels prefetch the rows they stream from memory: the int8 and int16
+// ones (linear_int8.h, linear_int16.h), the bf16-activation ones (linear_bf16.h) and, when
+// they take one row a pass, the exact ones (linear_simd.inc). kNearAndFar: into L1 (the
+// int8 / int16 kernels 3 KiB ahead, the others 1-3 KiB) and into L2 (16 KiB or two passes
+// ahead), chosen on Zen 3, Zen 4 and Intel. kL2Stream: into L2 only, kPrefetchStreamBytes ahead, where
 // DecodeOneRow() (Zen 5: one stream per thread, which the core's own prefetchers carry into
 // L1). kNone: none (tiles after the first, over rows already in L2). On the Zen 5 VM the L1
 // prefetch cost reads in the minutes its memory was fast: `gemv_bench --turns 1024` (one row
@@ -115,13 +117,16 @@ void SetDecodeOneRowForTesting(int mode);
 // int8 80 / 93% against 81 / 89%, q4 int8 70 / 88% against 72 / 86% (L2 4 KiB / 12 KiB / 16
 // KiB for q4 in fast minutes: 74-76 / 78 / 77-78%, 8 KiB 79-80%). The whole model (`m2 bench
 // --context 128`, alternating): q8 copy 88.9% against 81.6% in fast minutes, 94.6% against
-// 91.4% in slow ones; q4 copy 94.7% against 91.4% (slow). The bf16 / FP8 kernels with bf16
-// activations (linear_bf16_gemv_avx512.cpp) keep their L1 + L2 prefetch: the FP8 slice read
-// 73% with the L2 one against 78% in fast minutes.
+// 91.4% in slow ones; q4 copy 94.7% against 91.4% (slow). The bf16-activation FP8 kernel
+// and the exact bf16 one followed later, each measured alone in `gemv_bench --turns`
+// (figures at GemvFp8 in linear_bf16_gemv_avx512.cpp and GemvRows in linear_simd.inc); a
+// first try on the whole FP8 slice had read 73% with it against 78% in one fast minute.
 enum class RowPrefetch : uint8_t { kNone, kNearAndFar, kL2Stream };
 inline constexpr int64_t kPrefetchStreamBytes = 8192;
-// kL2Stream where DecodeOneRow(), else kNearAndFar. SetRowPrefetchForTesting: 0 forces
-// kNearAndFar, 1 kL2Stream (whatever the rows a pass), -1 (the start) follows DecodeOneRow().
+// kL2Stream where DecodeOneRow(), else kNearAndFar; M2_DECODE_PREFETCH=l2 or l1+l2
+// (base/cpu.h) sets it for a run. SetRowPrefetchForTesting: 0 forces kNearAndFar, 1
+// kL2Stream (whatever the rows a pass), -1 (the start) follows M2_DECODE_PREFETCH, or
+// DecodeOneRow() where that is unset.
 RowPrefetch DecodeRowPrefetch();
 void SetRowPrefetchForTesting(int mode);
 

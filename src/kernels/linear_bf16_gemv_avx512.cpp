@@ -29,18 +29,24 @@ namespace {
 
 constexpr const Fp8Bf16Tables& kFp8Tables = kFp8Bf16Tables;
 
-// Prefetch per row stream: into L1 1 KiB ahead; into L2 two passes ahead (a pass reads R
-// rows side by side, so a fixed distance shorter than R rows would land inside the pass
-// already being read). Chosen with `gemv_bench --bf16` on a Zen 4 VM (1 thread, FP8 1536 x
-// 3072 and 3072 x 1536): R = 4 with the far prefetch two passes ahead streamed 30-34 GB/s,
-// R = 8 with a fixed 16 KiB 18-19.
+// Prefetch per row stream (kStream false, RowPrefetch::kNearAndFar): into L1 1 KiB ahead;
+// into L2 two passes ahead (a pass reads R rows side by side, so a fixed distance shorter
+// than R rows would land inside the pass already being read). Chosen with `gemv_bench
+// --bf16` on a Zen 4 VM (1 thread, FP8 1536 x 3072 and 3072 x 1536): R = 4 with the far
+// prefetch two passes ahead streamed 30-34 GB/s, R = 8 with a fixed 16 KiB 18-19.
+// kStream (one row a pass with RowPrefetch::kL2Stream, Zen 5): into L2 only,
+// kPrefetchStreamBytes ahead, as the int8 / int16 kernels. `gemv_bench --turns 1024
+// "fp8-block, bf16"` (Zen 5 VM, 2 threads, the two taking turns in one process, five runs):
+// 78-81% of the read in the minutes it read 76-88 GB/s against 72-76% with L1 1 KiB + L2
+// two rows ahead, 94-96% against 87-91% at 51-53 GB/s. (Two accumulator chains per row
+// instead of one: level, in L2 and from memory.)
 constexpr int64_t kNear = 1024;
 constexpr int kFarPasses = 2;
 
 // FP8: T tokens (their bf16 activations in the FP8 order, see PackGemvBf16Avx512), R rows
 // at a time; each 64-column line of each row: two lookups, one OR, two unpacks, 2 x T
 // dot products. Block partial sums scaled once per block (block_cols a multiple of 64).
-template <int T, int R>
+template <int T, int R, bool kStream>
 __attribute__((target("avx512vbmi"))) void GemvFp8(const LinearWeight& w, const uint16_t* xb, float* y, int64_t r0,
                                                    int64_t r1) {
   const int64_t K = w.cols, bc = w.block_cols;
@@ -69,8 +75,12 @@ __attribute__((target("avx512vbmi"))) void GemvFp8(const LinearWeight& w, const 
           x1[t] = (__m512bh)_mm512_loadu_si512(xb + t * K + k + 32);
         }
         for (int i = 0; i < R; ++i) {
-          _mm_prefetch(reinterpret_cast<const char*>(row[i] + k) + kNear, _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(row[i] + k) + far, _MM_HINT_T1);
+          if constexpr (kStream) {
+            _mm_prefetch(reinterpret_cast<const char*>(row[i] + k) + kPrefetchStreamBytes, _MM_HINT_T1);
+          } else {
+            _mm_prefetch(reinterpret_cast<const char*>(row[i] + k) + kNear, _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(row[i] + k) + far, _MM_HINT_T1);
+          }
           const __m512i b = _mm512_loadu_si512(row[i] + k);
           const __m512i lo = _mm512_permutex2var_epi8(lo0, b, lo1);  // index bit 7 (the sign) ignored
           const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi0, b, hi1), b, sign, 0xf8);
@@ -87,13 +97,13 @@ __attribute__((target("avx512vbmi"))) void GemvFp8(const LinearWeight& w, const 
       for (int t = 0; t < T; ++t) y[t * w.rows + r + i] = _mm512_reduce_add_ps(tot[i][t]);
   }
   if constexpr (R > 1) {
-    if (r < r1) GemvFp8<T, 1>(w, xb, y, r, r1);
+    if (r < r1) GemvFp8<T, 1, kStream>(w, xb, y, r, r1);
   }
 }
 
 // bf16: T tokens (bf16 activations in column order), R rows at a time, one vdpbf16ps per
 // token and 32 weights.
-template <int T, int R>
+template <int T, int R, bool kStream>
 void GemvBf16(const LinearWeight& w, const uint16_t* xb, float* y, int64_t r0, int64_t r1) {
   const int64_t K = w.cols;
   int64_t r = r0;
@@ -108,8 +118,12 @@ void GemvBf16(const LinearWeight& w, const uint16_t* xb, float* y, int64_t r0, i
       __m512bh xv[T];
       for (int t = 0; t < T; ++t) xv[t] = (__m512bh)_mm512_loadu_si512(xb + t * K + k);
       for (int i = 0; i < R; ++i) {
-        _mm_prefetch(reinterpret_cast<const char*>(row[i] + k) + kNear, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(row[i] + k) + far, _MM_HINT_T1);
+        if constexpr (kStream) {
+          _mm_prefetch(reinterpret_cast<const char*>(row[i] + k) + kPrefetchStreamBytes, _MM_HINT_T1);
+        } else {
+          _mm_prefetch(reinterpret_cast<const char*>(row[i] + k) + kNear, _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(row[i] + k) + far, _MM_HINT_T1);
+        }
         const __m512bh wv = (__m512bh)_mm512_loadu_si512(row[i] + k);
         for (int t = 0; t < T; ++t) acc[i][t] = _mm512_dpbf16_ps(acc[i][t], wv, xv[t]);
       }
@@ -118,16 +132,20 @@ void GemvBf16(const LinearWeight& w, const uint16_t* xb, float* y, int64_t r0, i
       for (int t = 0; t < T; ++t) y[t * w.rows + r + i] = _mm512_reduce_add_ps(acc[i][t]);
   }
   if constexpr (R > 1) {
-    if (r < r1) GemvBf16<T, 1>(w, xb, y, r, r1);
+    if (r < r1) GemvBf16<T, 1, kStream>(w, xb, y, r, r1);
   }
 }
 
 // Runs kernel<T, R> (R rows a pass), or kernel<T, 1> where DecodeOneRow() says so (Zen 5,
-// linear.h).
+// linear.h), there with the L2-only prefetch where DecodeRowPrefetch() says so.
 template <int T, int R, class Kernel>
 bool Pass(const Kernel& kernel) {
-  if (T <= kDecodeOneRowTokens && DecodeOneRow()) kernel.template operator()<T, 1>();
-  else kernel.template operator()<T, R>();
+  if (T <= kDecodeOneRowTokens && DecodeOneRow()) {
+    if (DecodeRowPrefetch() == RowPrefetch::kL2Stream) kernel.template operator()<T, 1, true>();
+    else kernel.template operator()<T, 1, false>();
+  } else {
+    kernel.template operator()<T, R, false>();
+  }
   return true;
 }
 
@@ -172,7 +190,7 @@ void PackGemvBf16Avx512(const float* x, int64_t n, int64_t K, bool fp8_order, ui
 bool GemvRowsBf16Avx512(const LinearWeight& w, const uint16_t* xb, int64_t n, float* y, int64_t r0, int64_t r1) {
   using namespace avx512bf16gemv;
   if (w.format == WeightFormat::kFp8Block) {
-    const auto fp8 = [&]<int T, int R>() { GemvFp8<T, R>(w, xb, y, r0, r1); };
+    const auto fp8 = [&]<int T, int R, bool kStream>() { GemvFp8<T, R, kStream>(w, xb, y, r0, r1); };
     switch (n) {
       case 1: return Pass<1, 4>(fp8);
       case 2: return Pass<2, 4>(fp8);
@@ -182,7 +200,7 @@ bool GemvRowsBf16Avx512(const LinearWeight& w, const uint16_t* xb, int64_t n, fl
     }
   }
   if (w.format == WeightFormat::kBF16) {
-    const auto bf16 = [&]<int T, int R>() { GemvBf16<T, R>(w, xb, y, r0, r1); };
+    const auto bf16 = [&]<int T, int R, bool kStream>() { GemvBf16<T, R, kStream>(w, xb, y, r0, r1); };
     switch (n) {
       case 1: return Pass<1, 4>(bf16);
       case 2: return Pass<2, 4>(bf16);

@@ -96,6 +96,17 @@ TEST(KernelsEnv, DecodeRowsSwitch) {
     ExpectEnvError(ResolveDecodeRows(bad), "M2_DECODE_ROWS", "expected 1", bad);
 }
 
+// M2_DECODE_PREFETCH: l2, l1+l2 or unset; anything else an error naming the variable, the
+// choices and the value.
+TEST(KernelsEnv, DecodePrefetchSwitch) {
+  EXPECT_EQ(*ResolveDecodePrefetch(nullptr), -1);
+  EXPECT_EQ(*ResolveDecodePrefetch(""), -1);
+  EXPECT_EQ(*ResolveDecodePrefetch("l2"), 1);
+  EXPECT_EQ(*ResolveDecodePrefetch("l1+l2"), 0);
+  for (const char* bad : {"L2", "l1", "1", "none", " l2"})
+    ExpectEnvError(ResolveDecodePrefetch(bad), "M2_DECODE_PREFETCH", "expected l2", bad);
+}
+
 // The vendor and family as CPUID reports them: on x86 one vendor at most, and a family of
 // 6 or more (Intel's cores) or 0x15 and up (AMD's since Bulldozer) on the CPUs this project
 // runs on.
