@@ -13,9 +13,10 @@
 //                                           turns), all threads; bf16 on the vector units and
 //                                           on the tile unit (AMX)
 //   build/bench/gemv_bench --gemm-fp8 [MiB]   the same for the FP8 weights only
-//   build/bench/gemv_bench --turns [MiB [NAME [TOKENS]]]   decode kernels (bf16, FP8, q8, q4, as
+//   build/bench/gemv_bench --turns [MiB [NAME [TOKENS [ROWS]]]]   decode kernels (bf16, FP8, q8, q4, as
 //                                           auto picks them, and FP8 exact; NAME: those whose name contains it;
-//                                           TOKENS per product, default 1) against a read of the same bytes,
+//                                           TOKENS per product, default 1; ROWS: each matrix's rows instead of
+//                                           the case's own) against a read of the same bytes,
 //                                           taking turns, all threads: the ratio within one memory regime;
 //                                           the rows a pass, prefetch and chunk order take turns too,
 //                                           and each is also timed in L2
@@ -781,8 +782,10 @@ int ReadMode(int64_t total) {
 // count (DecodeOneRow, linear.h), the int8 / int16 kernels' prefetch (RowPrefetch) and the
 // order of the row chunks (in order or spread over the threads); each turn also times the
 // kernel over a few rows in L2 (its own speed in the same minute). TOKENS (default 1): tokens
-// per product, 1 to 8.
-int TurnsMode(int64_t total, const std::string& only, int64_t tokens) {
+// per product, 1 to 8. ROWS (default 0: each case's own, 1,536 for the expert-sized ones):
+// every matrix's rows, to see what each product's start and end cost (the q4 int8 kernel on
+// a Zen 5 VM in fast minutes: 74-75% of the read over 1,024 rows, 87-88% over 8,192).
+int TurnsMode(int64_t total, const std::string& only, int64_t tokens, int64_t rows) {
   m2::ThreadPool& pool = m2::ThreadPool::Global();
   const bool bf16_decode = m2::Bf16PrefillBeatsFp32(m2::WeightFormat::kFp8Block);  // auto: FP8 decode steps on the bf16 kernel (AMD, VBMI)
   const bool int8 = m2::Int8GemmFor(m2::WeightFormat::kQ4) != m2::Int8GemmKernel::kNone;
@@ -803,6 +806,11 @@ int TurnsMode(int64_t total, const std::string& only, int64_t tokens) {
        int8 ? "q4, int8 decode" : "q4, exact"}};
   if (bf16_decode)  // what `auto` gives FP8 here, besides the exact kernel (--activations exact)
     cases.insert(cases.begin() + 2, {m2::WeightFormat::kFp8Block, 1536, 3072, m2::ActivationMode::kBf16Prefill, "fp8-block, bf16 decode"});
+  if (rows < 0 || rows % 16 != 0) {
+    std::fprintf(stderr, "gemv_bench --turns MiB FILTER TOKENS ROWS: ROWS is 0 (each case's own) or a multiple of 16, not %lld\n",
+                 static_cast<long long>(rows));
+    return 2;
+  }
   if (tokens < 1 || tokens > 8) {
     std::fprintf(stderr, "gemv_bench --turns MiB [FILTER [TOKENS]]: TOKENS is 1 to 8 (a decode chunk), not %lld\n",
                  static_cast<long long>(tokens));
@@ -811,8 +819,9 @@ int TurnsMode(int64_t total, const std::string& only, int64_t tokens) {
   std::printf("%d threads, %s kernels, %lld MiB per format, %lld token(s); each turn: read, kernel x 3, read (ratios: "
               "kernel / mean of the two reads)\n",
               pool.size(), m2::ActiveKernelsName(), static_cast<long long>(total >> 20), static_cast<long long>(tokens));
-  for (const Case& c : cases) {
+  for (Case c : cases) {
     if (!only.empty() && std::string(c.name).find(only) == std::string::npos) continue;
+    if (rows > 0) c.rows = rows;
     Set s = Make(c.f, c.rows, c.cols, total);
     int64_t bytes = 0;
     for (auto& w : s.mats) {
@@ -988,8 +997,9 @@ int MoeMode(const std::string& name) {
 }
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::strcmp(argv[1], "--turns") == 0)  // --turns [MiB [FILTER [TOKENS]]]
-    return TurnsMode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20, argc > 3 ? argv[3] : "", argc > 4 ? std::atoll(argv[4]) : 1);
+  if (argc > 1 && std::strcmp(argv[1], "--turns") == 0)  // --turns [MiB [FILTER [TOKENS [ROWS]]]]
+    return TurnsMode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20, argc > 3 ? argv[3] : "", argc > 4 ? std::atoll(argv[4]) : 1,
+                     argc > 5 ? std::atoll(argv[5]) : 0);
   if (argc > 1 && std::strcmp(argv[1], "--moe") == 0) return MoeMode(argc > 2 ? argv[2] : "");
   if (argc > 1 && std::strcmp(argv[1], "--attention") == 0) return AttentionMode();
   if (argc > 1 && std::strcmp(argv[1], "--small") == 0) return SmallMode();

@@ -252,6 +252,14 @@ int RowChunksPerThread(int64_t bytes, int threads, int64_t chunk_bytes);
 // both (the MoE's W1 and W3 share their input). PRECONDITIONS as LinearOnPool's, for each.
 void LinearPairOnPool(const LinearWeight& a, const LinearWeight& b, const float* x, int64_t n, float* ya, float* yb,
                       ThreadPool& pool);
+// ys[i] = x ws[i]^T for each of up to kMaxLinearGroup weights on one input (attention's q,
+// k and v): the same bits as one LinearOnPool each. In a decode step, where every weight
+// takes prepared input by rows (RowsInput::KindFor: int8, int16 or bf16 activations), one
+// pool job over all their rows (why: linear.cpp, LinearGroupOn); otherwise one product each.
+// PRECONDITIONS as LinearOnPool's, for each; ws and ys of one length.
+inline constexpr int kMaxLinearGroup = 4;
+void LinearGroupOnPool(const LinearWeight* const* ws, float* const* ys, int count, const float* x, int64_t n,
+                       ThreadPool& pool);
 void LinearPairOnThisThread(const LinearWeight& a, const LinearWeight& b, const float* x, int64_t n, float* ya,
                             float* yb);
 

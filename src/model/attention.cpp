@@ -31,9 +31,10 @@ void AttentionForward(const ModelConfig& cfg, const AttentionWeights& w, int64_t
   s.v.resize(static_cast<size_t>(n * kvd));
   s.attn.resize(static_cast<size_t>(n * qd));
 
-  LinearOnPool(w.q, x, n, s.q.data(), pool);  // [n, H*D]
-  LinearOnPool(w.k, x, n, s.k.data(), pool);  // [n, KV*D]
-  LinearOnPool(w.v, x, n, s.v.data(), pool);  // [n, KV*D]
+  // q [n, H*D], k and v [n, KV*D]: in decode steps one pool job over the three (linear.h).
+  const LinearWeight* qkv[] = {&w.q, &w.k, &w.v};
+  float* const qkv_out[] = {s.q.data(), s.k.data(), s.v.data()};
+  LinearGroupOnPool(qkv, qkv_out, 3, x, n, pool);
   if (!w.q_norm.empty()) {
     // One RMSNorm over all heads of q (and of k): the statistic is the sum, in head order,
     // of each head's sum of squares, so that it is the same whether the heads are here or

@@ -389,6 +389,62 @@ TEST(LinearTest, GemvRowRangesComposeToTheWholeMatrix) {
   }
 }
 
+// Several products on one input (LinearGroupOnPool: attention's q, k and v) give the same
+// bits as one LinearOnPool each: in decode steps, where one pool job runs the rows of all of
+// them (row counts that are not multiples of the 16-row grain, so chunks cut across the
+// weights' boundaries; one shared preparation of the input, and a group of two kinds that
+// each need their own), one row a pass and each kernel's own count, chunks in order and
+// spread; and where the group falls back to one product each (exact activations, prefill).
+TEST(LinearTest, GroupOnOneInputGivesTheSameBitsAsOneProductEach) {
+  std::mt19937 rng(53);
+  struct GroupCase {
+    WeightFormat a, b;  // the first weight's format, the other two's
+    ActivationMode mode_a, mode_b;
+  };
+  const std::vector<GroupCase> cases = {
+      {WeightFormat::kQ4, WeightFormat::kQ4, ActivationMode::kInt8DecodeInt8Prefill, ActivationMode::kInt8DecodeInt8Prefill},
+      {WeightFormat::kQ8, WeightFormat::kQ8, ActivationMode::kInt16Decode, ActivationMode::kInt16Decode},
+      {WeightFormat::kQ4, WeightFormat::kQ8, ActivationMode::kInt8DecodeInt8Prefill, ActivationMode::kInt16Decode},
+      {WeightFormat::kFp8Block, WeightFormat::kFp8Block, ActivationMode::kBf16Prefill, ActivationMode::kBf16Prefill},
+      {WeightFormat::kBF16, WeightFormat::kBF16, ActivationMode::kExact, ActivationMode::kExact}};
+  ThreadPool pool(3);
+  constexpr int64_t kCols = 1152;
+  const int64_t rows[3] = {70, 23, 41};
+  for (const GroupCase& gc : cases) {
+    std::vector<Weight> ms;
+    for (int i = 0; i < 3; ++i) {
+      ms.push_back(Make({i == 0 ? gc.a : gc.b, rows[i], kCols}, rng));
+      ms.back().w.activations = i == 0 ? gc.mode_a : gc.mode_b;
+    }
+    for (int64_t n : {1, 2, 3, 5, 20}) {
+      std::vector<float> x(static_cast<size_t>(n * kCols));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.29f * static_cast<float>(i));
+      for (int setting = 0; setting < 4; ++setting) {
+        SetDecodeOneRowForTesting(setting / 2);
+        SetDecodeChunkOrderForTesting(setting % 2);
+        std::vector<float> each[3], group[3];
+        const LinearWeight* ws[3];
+        float* ys[3];
+        for (int i = 0; i < 3; ++i) {
+          each[i].assign(static_cast<size_t>(n * rows[i]), -1.0f);
+          group[i].assign(each[i].size(), -2.0f);
+          LinearOnPool(ms[static_cast<size_t>(i)].w, x.data(), n, each[i].data(), pool);
+          ws[i] = &ms[static_cast<size_t>(i)].w;
+          ys[i] = group[i].data();
+        }
+        LinearGroupOnPool(ws, ys, 3, x.data(), n, pool);
+        for (int i = 0; i < 3; ++i) {
+          for (float v : each[i]) ASSERT_FALSE(std::isnan(v));
+          ASSERT_EQ(each[i], group[i]) << WeightFormatName(ws[i]->format) << " weight " << i << " n=" << n
+                                       << " setting " << setting;
+        }
+      }
+      SetDecodeOneRowForTesting(-1);
+      SetDecodeChunkOrderForTesting(-1);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace m2
 
