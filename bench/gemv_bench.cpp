@@ -779,7 +779,7 @@ int ReadMode(int64_t total) {
 // gives that format in the model) sits between two reads of the same buffer (the probe's
 // four patterns, best of them), and each turn's ratio is to the mean of its two reads.
 // The turns rotate through five settings, 10 turns each: one row a pass or each kernel's own
-// count (DecodeOneRow, linear.h), the int8 / int16 kernels' prefetch (RowPrefetch) and the
+// count (DecodeOneRow, linear.h), the decode kernels' prefetch (RowPrefetch) and the
 // order of the row chunks (in order or spread over the threads); each turn also times the
 // kernel over a few rows in L2 (its own speed in the same minute). TOKENS (default 1): tokens
 // per product, 1 to 8. ROWS (default 0: each case's own, 1,536 for the expert-sized ones):
@@ -838,7 +838,7 @@ int TurnsMode(int64_t total, const std::string& only, int64_t tokens, int64_t ro
       const char* name;
       int one_row, prefetch, spread;
     };
-    // The L2 / L1 + L2 prefetch is the int8 and int16 kernels' (RowPrefetch, linear.h).
+    // The L2 / L1 + L2 prefetch: RowPrefetch (linear.h), which every decode kernel follows.
     const Setting settings[] = {{"one row a pass, L2 prefetch, chunks spread", 1, 1, 1},
                                 {"one row a pass, L2 prefetch, chunks in order", 1, 1, 0},
                                 {"one row a pass, L1 + L2 prefetch, chunks spread", 1, 0, 1},

@@ -142,6 +142,14 @@ int RowChunksPerThread(int64_t bytes, int threads, int64_t chunk_bytes) {
   return static_cast<int>(std::clamp<int64_t>(chunks, ThreadPool::kChunksPerThread, 64));
 }
 
+namespace {
+// What every product checks of its weight before it decides anything by it.
+void CheckReady(const LinearWeight& w) {
+  M2_CHECK(w.valid(), "Linear on an empty weight");
+  M2_CHECK(w.activations != ActivationMode::kAuto, "Linear on a weight whose activation mode (auto) was never resolved");
+}
+}  // namespace
+
 RowsInput::Kind RowsInput::KindFor(const LinearWeight& w, int64_t n) {
   if (n < 1) return Kind::kNone;
   const ActivationMode m = w.activations;
@@ -156,8 +164,7 @@ RowsInput::Kind RowsInput::KindFor(const LinearWeight& w, int64_t n) {
 }
 
 void RowsInput::Prepare(const LinearWeight& w, const float* x, int64_t n) {
-  M2_CHECK(w.valid(), "Linear on an empty weight");
-  M2_CHECK(w.activations != ActivationMode::kAuto, "Linear on a weight whose activation mode (auto) was never resolved");
+  CheckReady(w);
   kind_ = KindFor(w, n);
   M2_CHECK(kind_ != Kind::kNone, "RowsInput: {} tokens on a {} weight take no one-pass kernel", n, WeightFormatName(w.format));
   format_ = w.format, mode_ = w.activations, cols_ = w.cols, n_ = n, isa_ = ActiveIsa(), x_ = x;
@@ -424,8 +431,7 @@ void LinearExactOn(const LinearWeight& w, const float* x, int64_t n, float* y, T
 // pool == nullptr: everything on the calling thread. The activation mode is decided here,
 // on the whole product's token count (the exact path splits it into smaller ones).
 void LinearOn(const LinearWeight& w, const float* x, int64_t n, float* y, ThreadPool* pool_or_null) {
-  M2_CHECK(w.valid(), "Linear on an empty weight");
-  M2_CHECK(w.activations != ActivationMode::kAuto, "Linear on a weight whose activation mode (auto) was never resolved");
+  CheckReady(w);
   if (UsesInt8Gemm(w, n)) return LinearInt8GemmOn(w, x, n, y, pool_or_null);
   if (UsesInt16Gemm(w, n)) return LinearInt16GemmOn(w, x, n, y, pool_or_null);
   // The one-pass kernels on prepared input (int8 / int16 / bf16 activations): x prepared
@@ -460,8 +466,7 @@ void LinearGroupOn(const LinearWeight* const* ws, float* const* ys, int count, c
   int64_t rows = 0, bytes = 0, macs = 0;
   for (int i = 0; i < count; ++i) {
     const LinearWeight& w = *ws[i];
-    M2_CHECK(w.valid(), "Linear on an empty weight");
-    M2_CHECK(w.activations != ActivationMode::kAuto, "Linear on a weight whose activation mode (auto) was never resolved");
+    CheckReady(w);
     M2_CHECK(w.cols == ws[0]->cols, "a group of products on one input needs one input width ({} and {})", ws[0]->cols, w.cols);
     const RowsInput::Kind kind = RowsInput::KindFor(w, n);
     if (UsesInt8Gemm(w, n) || UsesInt16Gemm(w, n) || kind == RowsInput::Kind::kNone || kind == RowsInput::Kind::kExact)
@@ -502,9 +507,8 @@ void LinearGroupOn(const LinearWeight* const* ws, float* const* ys, int count, c
 // quantization of the tokens serves both; otherwise two products. The same bits either way.
 void LinearPairOn(const LinearWeight& a, const LinearWeight& b, const float* x, int64_t n, float* ya, float* yb,
                   ThreadPool* pool_or_null) {
-  M2_CHECK(a.valid() && b.valid(), "Linear on an empty weight");
-  M2_CHECK(a.activations != ActivationMode::kAuto && b.activations != ActivationMode::kAuto,
-           "Linear on a weight whose activation mode (auto) was never resolved");
+  CheckReady(a);
+  CheckReady(b);
   if (UsesInt8Gemm(a, n) && UsesInt8Gemm(b, n) && a.format == b.format && a.cols == b.cols)
     return LinearInt8GemmOn(a, x, n, ya, pool_or_null, &b, yb);
   LinearOn(a, x, n, ya, pool_or_null);
