@@ -564,12 +564,16 @@ int AttentionMode() {
 // The bf16 decode kernels against a double-precision sum of the same products (weights
 // decoded exactly, activations rounded to bf16 as the kernel rounds them): every FP8 code but
 // the two NaNs, both signs, a different scale per block, rows that leave a remainder for
-// the kernel's row blocks, 1-4 tokens. Returns the number of results outside 1e-5 of the
-// sum of |products| (fp32 accumulation in another order).
+// the kernel's row blocks, 1-4 tokens; FP8 decoded both ways (Fp8GemvGfni: the GFNI bit
+// moves drop the subnormal codes, so the sum leaves them out there). Returns the number of
+// results outside 1e-5 of the sum of |products| (fp32 accumulation in another order).
 int64_t CheckGemvBf16() {
   std::mt19937 rng(7);
   int64_t bad = 0;
-  for (auto f : {m2::WeightFormat::kFp8Block, m2::WeightFormat::kBF16}) {
+  for (int way = 0; way < 3; ++way) {
+    const auto f = way < 2 ? m2::WeightFormat::kFp8Block : m2::WeightFormat::kBF16;
+    const bool gfni = way == 1;
+    m2::SetFp8GemvGfniForTesting(gfni ? 1 : 0);
     const int64_t rows = 263, cols = 384;
     m2::LinearWeight w;
     w.format = f;
@@ -589,13 +593,13 @@ int64_t CheckGemvBf16() {
     } else {
       w.data = b16.data();
     }
-    if (!m2::GemvBf16Supports(w, m2::Cpu().avx512_vbmi)) continue;
+    if (!m2::GemvBf16Supports(w, m2::Cpu().avx512_vbmi && m2::Cpu().gfni)) continue;
     for (int64_t n = 1; n <= 4; ++n) {
       std::vector<float> x(static_cast<size_t>(n * cols)), y(static_cast<size_t>(n * rows), -1.0f);
       for (auto& v : x) v = std::ldexp(static_cast<float>(rng() % 2000001) / 1e6f - 1.0f, static_cast<int>(rng() % 8) - 4);
       std::vector<uint16_t> xb(x.size());
-      m2::PackGemvBf16Avx512(x.data(), n, cols, f == m2::WeightFormat::kFp8Block, xb.data());
-      if (!m2::GemvRowsBf16Avx512(w, xb.data(), n, y.data(), 0, rows)) {
+      const int shift = m2::PackGemvBf16Avx512(x.data(), n, cols, f == m2::WeightFormat::kFp8Block, xb.data());
+      if (!m2::GemvRowsBf16Avx512(w, xb.data(), shift, n, y.data(), 0, rows)) {
         std::printf("CHECK FAILED: the kernel refused %s with %lld tokens\n", m2::WeightFormatName(f),
                     static_cast<long long>(n));
         ++bad;
@@ -606,8 +610,9 @@ int64_t CheckGemvBf16() {
           double sum = 0, mag = 0;
           for (int64_t k = 0; k < cols; ++k) {
             const size_t i = static_cast<size_t>(r * cols + k);
+            const bool dropped = gfni && (fp8[i] & 0x78) == 0;  // a subnormal code (or zero)
             const double wv = f == m2::WeightFormat::kFp8Block
-                                  ? static_cast<double>(m2::Fp8E4M3ToF32(fp8[i])) *
+                                  ? (dropped ? 0.0 : static_cast<double>(m2::Fp8E4M3ToF32(fp8[i]))) *
                                         scales[static_cast<size_t>(r / w.block_rows * w.scale_cols() + k / w.block_cols)]
                                   : static_cast<double>(m2::Bf16ToF32(b16[i]));
             const double xv = m2::Bf16ToF32(m2::RoundToBf16(x[static_cast<size_t>(t * cols + k)]));
@@ -617,14 +622,15 @@ int64_t CheckGemvBf16() {
           const double got = y[static_cast<size_t>(t * rows + r)];
           if (!(std::fabs(got - sum) <= 1e-5 * mag)) {
             if (bad < 5)
-              std::printf("CHECK FAILED: %s, %lld tokens, token %lld row %lld: %.9g, expected %.9g\n",
-                          m2::WeightFormatName(f), static_cast<long long>(n), static_cast<long long>(t),
+              std::printf("CHECK FAILED: %s%s, %lld tokens, token %lld row %lld: %.9g, expected %.9g\n",
+                          m2::WeightFormatName(f), gfni ? " (GFNI)" : "", static_cast<long long>(n), static_cast<long long>(t),
                           static_cast<long long>(r), got, sum);
             ++bad;
           }
         }
     }
   }
+  m2::SetFp8GemvGfniForTesting(-1);
   return bad;
 }
 
@@ -655,7 +661,7 @@ int Bf16Mode(int64_t total) {
                            {m2::WeightFormat::kFp8Block, 1536, 3072},
                            {m2::WeightFormat::kFp8Block, 3072, 1536}}) {
       Set s = Make(f, r, c, total);
-      if (!m2::GemvBf16Supports(s.mats[0], m2::Cpu().avx512_vbmi)) {
+      if (!m2::GemvBf16Supports(s.mats[0], m2::Cpu().avx512_vbmi && m2::Cpu().gfni)) {
         std::printf("%-10s: the bf16 decode kernel does not take it on this CPU\n", m2::WeightFormatName(f));
         continue;
       }
@@ -672,9 +678,9 @@ int Bf16Mode(int64_t total) {
             if (v == 0) {
               m2::LinearOnPool(w, xs.data(), n, ys.data(), *pool);
             } else {
-              m2::PackGemvBf16Avx512(xs.data(), n, c, f == m2::WeightFormat::kFp8Block, xb.data());
+              const int shift = m2::PackGemvBf16Avx512(xs.data(), n, c, f == m2::WeightFormat::kFp8Block, xb.data());
               pool->ParallelFor(r, 16, [&](int64_t r0, int64_t r1, int) {
-                m2::GemvRowsBf16Avx512(w, xb.data(), n, ys.data(), r0, r1);
+                m2::GemvRowsBf16Avx512(w, xb.data(), shift, n, ys.data(), r0, r1);
               });
             }
             bytes += w.bytes();
@@ -836,18 +842,22 @@ int TurnsMode(int64_t total, const std::string& only, int64_t tokens, int64_t ro
     // the prefetch (RowPrefetch) and the order of the row chunks (SetDecodeChunkOrderForTesting).
     struct Setting {
       const char* name;
-      int one_row, prefetch, spread;
+      int one_row, prefetch, spread, fp8_gfni;
     };
     // The L2 / L1 + L2 prefetch: RowPrefetch (linear.h), which every decode kernel follows.
-    const Setting settings[] = {{"one row a pass, L2 prefetch, chunks spread", 1, 1, 1},
-                                {"one row a pass, L2 prefetch, chunks in order", 1, 1, 0},
-                                {"one row a pass, L1 + L2 prefetch, chunks spread", 1, 0, 1},
-                                {"own rows a pass, L1 + L2 prefetch, chunks spread", 0, 0, 1},
-                                {"own rows a pass, L1 + L2 prefetch, chunks in order", 0, 0, 0}};
-    constexpr int kSettings = 5;
+    // The FP8 bf16 kernel's decode (Fp8GemvGfni) takes a sixth turn: the byte-table lookups.
+    const Setting settings[] = {{"one row a pass, L2 prefetch, chunks spread", 1, 1, 1, -1},
+                                {"one row a pass, L2 prefetch, chunks in order", 1, 1, 0, -1},
+                                {"one row a pass, L1 + L2 prefetch, chunks spread", 1, 0, 1, -1},
+                                {"own rows a pass, L1 + L2 prefetch, chunks spread", 0, 0, 1, -1},
+                                {"own rows a pass, L1 + L2 prefetch, chunks in order", 0, 0, 0, -1},
+                                {"one row a pass, L2 prefetch, chunks spread, FP8 by table lookups", 1, 1, 1, 0}};
+    const bool fp8_bf16 = c.f == m2::WeightFormat::kFp8Block && c.mode == m2::ActivationMode::kBf16Prefill;
+    constexpr int kMaxSettings = 6;
+    const int kSettings = fp8_bf16 && m2::Fp8GemvGfni() ? 6 : 5;
     const bool one = m2::DecodeOneRow();
     const int chosen = one ? 0 : 3;  // this CPU's choice (the defaults of DecodeOneRow and DecodeRowPrefetch)
-    std::vector<double> ratios[kSettings], reads[kSettings], kernel[kSettings], cached[kSettings];
+    std::vector<double> ratios[kMaxSettings], reads[kMaxSettings], kernel[kMaxSettings], cached[kMaxSettings];
     // The same kernel over a few rows of the first matrix (about 1.5 MiB: in the cores' L2),
     // timed in each turn too: its speed where the memory costs nothing, in the same minute
     // as the reads.
@@ -860,6 +870,7 @@ int TurnsMode(int64_t total, const std::string& only, int64_t tokens, int64_t ro
       m2::SetDecodeOneRowForTesting(settings[k].one_row);
       m2::SetRowPrefetchForTesting(settings[k].prefetch);
       m2::SetDecodeChunkOrderForTesting(settings[k].spread);
+      m2::SetFp8GemvGfniForTesting(settings[k].fp8_gfni);
       const auto t0 = Clock::now();
       for (int rep = 0; rep < 3; ++rep)
         for (const auto& w : s.mats) m2::LinearOnPool(w, xs.data(), tokens, ys.data(), pool);
@@ -881,6 +892,7 @@ int TurnsMode(int64_t total, const std::string& only, int64_t tokens, int64_t ro
     m2::SetDecodeOneRowForTesting(-1);
     m2::SetRowPrefetchForTesting(-1);
     m2::SetDecodeChunkOrderForTesting(-1);
+    m2::SetFp8GemvGfniForTesting(-1);
     for (int k = 0; k < kSettings; ++k) {
       std::printf("%s  %s%s\n%-28s", c.name, settings[k].name, k == chosen ? " (this CPU's choice)" : "", "");
       for (size_t i = 0; i < ratios[k].size(); ++i) std::printf(" %.0f/%.0f", kernel[k][i] / 1e9, reads[k][i] / 1e9);

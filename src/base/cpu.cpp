@@ -48,6 +48,7 @@ CpuFeatures Detect() {
   f.avx512vl = z && (b & bit_AVX512VL);
   f.avx512_vnni = z && (c & bit_AVX512VNNI);
   f.avx512_vbmi = z && (c & bit_AVX512VBMI);
+  f.gfni = avx_os && (c & bit_GFNI);
   f.amx_bf16 = z && OsSavesTileState() && (d & (1u << 24)) && (d & (1u << 22));  // AMX-TILE, AMX-BF16
   if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) {
     f.avx512_bf16 = z && (a & bit_AVX512BF16);
@@ -74,6 +75,7 @@ std::string CpuFeatures::Describe() const {
   add(avx512_bf16, "avx512_bf16");
   add(avx512_vnni, "avx512_vnni");
   add(avx512_vbmi, "avx512_vbmi");
+  add(gfni, "gfni");
   add(avx_vnni, "avx_vnni");
   add(amx_bf16, "amx_bf16");
   return s.empty() ? "none" : s;
@@ -119,25 +121,38 @@ Status CheckKernelsEnv() {
   auto rows = ResolveDecodeRows(std::getenv("M2_DECODE_ROWS"));
   if (!rows.ok()) return rows.status();
   auto prefetch = ResolveDecodePrefetch(std::getenv("M2_DECODE_PREFETCH"));
-  return prefetch.ok() ? Status() : prefetch.status();
+  if (!prefetch.ok()) return prefetch.status();
+  auto fp8 = ResolveFp8Decode(std::getenv("M2_FP8_DECODE"));
+  return fp8.ok() ? Status() : fp8.status();
+}
+
+namespace {
+// A two-way switch from the environment: `on` gives 1, `off` 0, unset or empty -1; anything
+// else an error naming the variable, what each choice does and the value found.
+Result<int> ResolveSwitch(const char* value, const char* var, const char* on, const char* off, const char* choices) {
+  if (value == nullptr || *value == '\0') return -1;
+  if (std::strcmp(value, on) == 0) return 1;
+  if (std::strcmp(value, off) == 0) return 0;
+  return Error("{}: expected {}, found '{}'", var, choices, value);
+}
+}  // namespace
+
+Result<int> ResolveFp8Decode(const char* m2_fp8_decode) {
+  return ResolveSwitch(m2_fp8_decode, "M2_FP8_DECODE", "gfni", "table",
+                       "gfni (the bf16 FP8 decode kernel moves each code's bits into bf16; subnormal codes drop out), "
+                       "table (byte-table lookups: every code exact, slower) or unset (gfni)");
 }
 
 Result<int> ResolveDecodePrefetch(const char* m2_decode_prefetch) {
-  if (m2_decode_prefetch == nullptr || *m2_decode_prefetch == '\0') return -1;
-  if (std::strcmp(m2_decode_prefetch, "l2") == 0) return 1;
-  if (std::strcmp(m2_decode_prefetch, "l1+l2") == 0) return 0;
-  return Error("M2_DECODE_PREFETCH: expected l2 (the decode kernels prefetch weights into L2 only), l1+l2 (into L1 "
-               "and L2) or unset (l2 where they take one row a pass), found '{}'",
-               m2_decode_prefetch);
+  return ResolveSwitch(m2_decode_prefetch, "M2_DECODE_PREFETCH", "l2", "l1+l2",
+                       "l2 (the decode kernels prefetch weights into L2 only), l1+l2 (into L1 and L2) or unset (l2 "
+                       "where they take one row a pass)");
 }
 
 Result<int> ResolveDecodeRows(const char* m2_decode_rows) {
-  if (m2_decode_rows == nullptr || *m2_decode_rows == '\0') return -1;
-  if (std::strcmp(m2_decode_rows, "1") == 0) return 1;
-  if (std::strcmp(m2_decode_rows, "own") == 0) return 0;
-  return Error("M2_DECODE_ROWS: expected 1 (the decode kernels take one weight row a pass), own (each kernel's own "
-               "count) or unset (what this CPU was measured to want), found '{}'",
-               m2_decode_rows);
+  return ResolveSwitch(m2_decode_rows, "M2_DECODE_ROWS", "1", "own",
+                       "1 (the decode kernels take one weight row a pass), own (each kernel's own count) or unset (what "
+                       "this CPU was measured to want)");
 }
 
 bool AvxVnniAsked() {

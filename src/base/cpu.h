@@ -11,6 +11,7 @@ struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512_bf16 = false, avx512_vnni = false;
   bool avx512_vbmi = false;
+  bool gfni = false;  // Galois-field byte affine transforms (vgf2p8affineqb): any bit permutation of each byte
   bool avx_vnni = false;  // the VEX-encoded vpdpbusd (needs only AVX state)
   // The tile unit (AMX-TILE with AMX-BF16), its state enabled by the OS in XCR0. Linux also
   // wants each process to ask for it (RequestAmxPermission in kernels/linear_bf16.h).
@@ -69,6 +70,11 @@ Result<int> ResolveDecodeRows(const char* m2_decode_rows);
 // empty: l2 where the kernels take one row a pass, else l1+l2. Returns 1 (l2), 0 (l1+l2) or
 // -1 (unset); another value is an error.
 Result<int> ResolveDecodePrefetch(const char* m2_decode_prefetch);
+// M2_FP8_DECODE: how the bf16-activation FP8 decode kernel turns codes into bf16
+// (kernels/linear.h, Fp8GemvGfni): "gfni" bit moves (subnormal codes drop out of the sums),
+// "table" byte-table lookups (every code exact, slower), unset or empty: gfni. Returns 1
+// (gfni), 0 (table) or -1 (unset); another value is an error.
+Result<int> ResolveFp8Decode(const char* m2_fp8_decode);
 const char* IsaName(KernelIsa isa);
 
 }  // namespace m2

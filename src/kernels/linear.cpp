@@ -183,7 +183,7 @@ void RowsInput::Prepare(const LinearWeight& w, const float* x, int64_t n) {
       else QuantizeActivationsInt16(x, n, w.cols, q16_.data(), d_.data());
       break;
     case Kind::kBf16:
-      PackGemvBf16Avx512(x, n, w.cols, /*fp8_order=*/true, xb_.data());
+      xb_shift_ = PackGemvBf16Avx512(x, n, w.cols, /*fp8_order=*/true, xb_.data());
       break;
     case Kind::kExact:
     case Kind::kNone: break;
@@ -227,7 +227,7 @@ void RowsInput::Rows(const LinearWeight& w, float* y, int64_t r0, int64_t r1) co
       // Up to 4 tokens a pass (the kernel's width).
       for (int64_t t0 = 0; t0 < n_; t0 += 4) {
         const int64_t nt = std::min<int64_t>(4, n_ - t0);
-        M2_CHECK(GemvRowsBf16Avx512(w, xb_.data() + t0 * w.cols, nt, y + t0 * w.rows, r0, r1), "bf16 GEMV refused {} tokens", nt);
+        M2_CHECK(GemvRowsBf16Avx512(w, xb_.data() + t0 * w.cols, xb_shift_, nt, y + t0 * w.rows, r0, r1), "bf16 GEMV refused {} tokens", nt);
       }
       return;
     case Kind::kExact: ExactRows(w, x_, n_, y, r0, r1, isa_); return;
@@ -563,6 +563,16 @@ RowPrefetch DecodeRowPrefetch() {
   return stream ? RowPrefetch::kL2Stream : RowPrefetch::kNearAndFar;
 }
 void SetRowPrefetchForTesting(int mode) { g_row_prefetch_for_testing.store(mode, std::memory_order_relaxed); }
+namespace {
+std::atomic<int> g_fp8_gfni_for_testing{-1};
+}  // namespace
+bool Fp8GemvGfni() {
+  static const int env = DecodeEnvSetting(ResolveFp8Decode, "M2_FP8_DECODE");
+  int mode = g_fp8_gfni_for_testing.load(std::memory_order_relaxed);
+  if (mode < 0) mode = env;
+  return mode != 0 && Cpu().gfni;
+}
+void SetFp8GemvGfniForTesting(int mode) { g_fp8_gfni_for_testing.store(mode, std::memory_order_relaxed); }
 
 void Linear(const LinearWeight& w, const float* x, int64_t n, float* y) { LinearOn(w, x, n, y, &ThreadPool::Global()); }
 

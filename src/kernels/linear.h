@@ -33,7 +33,7 @@ inline constexpr int64_t kMaxGemvTokens = 8;
 // every token count (m2 perplexity, so that its KL covers every token). kBf16Prefill (bf16,
 // FP8, q8, q4 weights on CPUs with AVX-512 BF16; linear_bf16.h): activations rounded to
 // bf16 in the prefill GEMM (more than kMaxGemvTokens tokens), and in FP8 decode steps where
-// the bf16 decode kernel runs (AMD with AVX-512 VBMI); exact kernels for other decode steps.
+// the bf16 decode kernel runs (AMD with AVX-512 VBMI and GFNI); exact kernels for other decode steps.
 // kInt8DecodeBf16Prefill (q8 / q4): int8 for decode, bf16 for prefill.
 // kInt8DecodeInt8Prefill (q8 / q4 on CPUs with AVX-512 VNNI): int8 for decode and for
 // prefill, there on the int8 GEMM (linear_int8.h), which gives the reference's bits.
@@ -80,6 +80,16 @@ bool SubnormalsAreSlow();
 void SetSubnormalsSlowForTesting(bool on);
 // Whether the one-token FP8 GEMV with AVX-512 takes 8 rows a pass (Intel) rather than 4.
 bool Fp8GemvEightRows();
+// Whether the bf16-activation FP8 decode kernel (linear_bf16_gemv_avx512.cpp) turns the
+// codes into bf16 with GFNI bit moves (every CPU that runs it has GFNI) rather than byte-table
+// lookups. Not quite the same numbers: the moves drop subnormal codes (|w| < 2^-6 of the
+// block scale) from the sums, the lookups keep them; the rest is the same bits. Why: per
+// byte the lookups cost the kernel more than the memory's speed, the moves do not (figures
+// at GemvFp8). M2_FP8_DECODE=gfni or table (base/cpu.h) sets it for a run.
+// SetFp8GemvGfniForTesting: 1 forces the moves (on a CPU with GFNI), 0 the lookups, -1 (the
+// start) follows M2_FP8_DECODE, or the moves where that is unset.
+bool Fp8GemvGfni();
+void SetFp8GemvGfniForTesting(int mode);
 // Whether the one-token bf16 GEMV takes more rows a pass (Intel: 6 with AVX-512, 8 with
 // AVX2) rather than 4: more streams in flight from memory. The same bits either way (each
 // row has its own chain of sums). SetBf16GemvWideRowsForTesting: 1 forces the wide passes
@@ -241,6 +251,7 @@ class RowsInput {
   std::vector<int16_t> q16_;
   std::vector<float> d_;  // group scales (int8: then the groups' sums, at d_ + n * groups)
   std::vector<uint16_t> xb_;
+  int xb_shift_ = 0;  // xb_ is x times 2^xb_shift_ (PackGemvBf16Avx512)
 };
 
 // Chunks per thread for a product of `bytes` of weights cut into chunks of about

@@ -59,7 +59,7 @@ bool UsesBf16Gemv(const LinearWeight& w, int64_t n) {
   // and vpermi2b is three uops; with the weights in L2 the kernel ran at 13 GB/s against the
   // exact one's 18 on a Sapphire Rapids VM (on Zen 4 it doubles the exact one's rate).
   if (w.format != WeightFormat::kFp8Block || !Bf16GemmAvailable() || Cpu().intel) return false;
-  return GemvBf16Supports(w, Cpu().avx512_vbmi);
+  return GemvBf16Supports(w, Cpu().avx512_vbmi && Cpu().gfni);
 }
 
 bool UsesBf16Gemm(const LinearWeight& w, int64_t n) {

@@ -89,20 +89,25 @@ bool GemmRowsBf16Amx(const LinearWeight& w, const uint32_t* xt, int64_t ntp, int
 // ---- Decode with bf16 activations (linear_bf16_gemv_avx512.cpp) ----------------------
 // Products of up to 4 tokens with bf16 or FP8 weights, x rounded to bf16 (as above) and
 // multiplied with vdpbf16ps: bf16 weights as they are (one instruction per 32 weights),
-// FP8 weights decoded exactly by two AVX-512 VBMI byte-table lookups per 64.
+// FP8 weights decoded by two GFNI bit moves per 64 (exact but for subnormal codes, which
+// drop out; Fp8GemvGfni in linear.h) or by two AVX-512 VBMI byte-table lookups (exact).
 // Linear() uses them for FP8 weights with bf16 activations (UsesBf16Gemv); `gemv_bench
 // --bf16` checks them against a double-precision reference before it times them.
 
 // Whether the decode kernel takes this weight: bf16, or FP8 with block_cols a multiple of
-// 64 on a CPU with VBMI; cols a multiple of 64.
-bool GemvBf16Supports(const LinearWeight& w, bool vbmi);
+// 64 on a CPU with VBMI and GFNI; cols a multiple of 64.
+bool GemvBf16Supports(const LinearWeight& w, bool vbmi_and_gfni);
 // x [n][K] (fp32) -> out [n][K] bf16 in the order the kernel reads: column order for bf16
 // weights; fp8_order: within each 64 columns, the two halves that vpunpcklbw / vpunpckhbw
-// make of a line of FP8 bytes (columns 16L + 0..7, then 16L + 8..15, for lanes L = 0..3).
-// K a multiple of 64. Needs AVX-512 BF16.
-void PackGemvBf16Avx512(const float* x, int64_t n, int64_t K, bool fp8_order, uint16_t* out);
-// y[t][r] for rows [r0, r1) and n (1..4) tokens packed as above. Needs AVX-512 BF16 (and
-// VBMI for FP8); false for another format or n.
-bool GemvRowsBf16Avx512(const LinearWeight& w, const uint16_t* xb, int64_t n, float* y, int64_t r0, int64_t r1);
+// make of a line of FP8 bytes (columns 16L + 0..7, then 16L + 8..15, for lanes L = 0..3),
+// each value times 2^shift, the shift returned: the largest |x| lands in [2^63, 2^64) (the
+// FP8 kernel's GFNI decode gives the weights' values times 2^-120, and the products must
+// stay far above fp32's subnormals, which vdpbf16ps flushes). Column order: shift 0. K a
+// multiple of 64. Needs AVX-512 BF16.
+int PackGemvBf16Avx512(const float* x, int64_t n, int64_t K, bool fp8_order, uint16_t* out);
+// y[t][r] for rows [r0, r1) and n (1..4) tokens packed as above, x_shift what the packing
+// returned. Needs AVX-512 BF16 (and VBMI and GFNI for FP8); false for another format or n.
+bool GemvRowsBf16Avx512(const LinearWeight& w, const uint16_t* xb, int x_shift, int64_t n, float* y, int64_t r0,
+                        int64_t r1);
 
 }  // namespace m2

@@ -42,7 +42,7 @@ namespace {
 // llama.cpp's Q4_0 decode. bf16, FP8 and q8 weights get bf16 prefill (activations rounded to
 // bf16, 2^-9 at most; the weights exact) where that GEMM beats the fp32 one for their format
 // (Bf16PrefillBeatsFp32: the tile unit for bf16 and FP8, AMD's vdpbf16ps for all three),
-// and on AMD FP8 decode steps too (the bf16 decode kernel, AVX-512 VBMI). q8 decode steps
+// and on AMD FP8 decode steps too (the bf16 decode kernel, AVX-512 VBMI and GFNI). q8 decode steps
 // (and those of a q8 lm_head) get int16 activations where this CPU runs those kernels
 // (linear_int16.h): each value within 2^-16 of its group's largest, KL 1.7e-6 on the
 // bundled model as q8 (README, "int16 activations"; bf16 prefill's is 140 times that), and

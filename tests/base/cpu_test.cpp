@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 namespace m2 {
 namespace {
 
@@ -85,26 +88,24 @@ TEST(KernelsEnv, AmxSwitch) {
   for (const char* bad : {"2", "on", "off", "true", " 1"}) ExpectEnvError(ResolveAmx(bad), "M2_AMX", "expected 0", bad);
 }
 
-// M2_DECODE_ROWS: 1, own or unset; anything else an error naming the variable, the choices
-// and the value.
-TEST(KernelsEnv, DecodeRowsSwitch) {
-  EXPECT_EQ(*ResolveDecodeRows(nullptr), -1);
-  EXPECT_EQ(*ResolveDecodeRows(""), -1);
-  EXPECT_EQ(*ResolveDecodeRows("1"), 1);
-  EXPECT_EQ(*ResolveDecodeRows("own"), 0);
-  for (const char* bad : {"2", "0", "one", "OWN", " 1"})
-    ExpectEnvError(ResolveDecodeRows(bad), "M2_DECODE_ROWS", "expected 1", bad);
-}
-
-// M2_DECODE_PREFETCH: l2, l1+l2 or unset; anything else an error naming the variable, the
-// choices and the value.
-TEST(KernelsEnv, DecodePrefetchSwitch) {
-  EXPECT_EQ(*ResolveDecodePrefetch(nullptr), -1);
-  EXPECT_EQ(*ResolveDecodePrefetch(""), -1);
-  EXPECT_EQ(*ResolveDecodePrefetch("l2"), 1);
-  EXPECT_EQ(*ResolveDecodePrefetch("l1+l2"), 0);
-  for (const char* bad : {"L2", "l1", "1", "none", " l2"})
-    ExpectEnvError(ResolveDecodePrefetch(bad), "M2_DECODE_PREFETCH", "expected l2", bad);
+// The two-way switches (M2_DECODE_ROWS, M2_DECODE_PREFETCH, M2_FP8_DECODE): the two
+// choices or unset; anything else an error naming the variable, the choices and the value.
+TEST(KernelsEnv, TwoWaySwitches) {
+  struct Switch {
+    Result<int> (*resolve)(const char*);
+    const char *var, *on, *off;
+    std::vector<const char*> bad;
+  };
+  for (const Switch& s : {Switch{ResolveDecodeRows, "M2_DECODE_ROWS", "1", "own", {"2", "0", "one", "OWN", " 1"}},
+                          Switch{ResolveDecodePrefetch, "M2_DECODE_PREFETCH", "l2", "l1+l2", {"L2", "l1", "1", "none", " l2"}},
+                          Switch{ResolveFp8Decode, "M2_FP8_DECODE", "gfni", "table", {"GFNI", "tables", "1", "exact", " gfni"}}}) {
+    EXPECT_EQ(*s.resolve(nullptr), -1) << s.var;
+    EXPECT_EQ(*s.resolve(""), -1) << s.var;
+    EXPECT_EQ(*s.resolve(s.on), 1) << s.var;
+    EXPECT_EQ(*s.resolve(s.off), 0) << s.var;
+    const std::string expected = std::string("expected ") + s.on;
+    for (const char* bad : s.bad) ExpectEnvError(s.resolve(bad), s.var, expected.c_str(), bad);
+  }
 }
 
 // The vendor and family as CPUID reports them: on x86 one vendor at most, and a family of

@@ -1071,7 +1071,7 @@ TEST(Bf16ActivationsTest, PrefillIsTheProductWithBf16RoundedActivations) {
   }
   // The 183 x 320 FP8 weight's decode steps (1, 8 tokens) take the bf16 decode kernel
   // where the CPU runs it.
-  if (Bf16GemmAvailable() && Cpu().avx512_vbmi && !Cpu().intel) { EXPECT_EQ(bf16_decodes, 2); }
+  if (Bf16GemmAvailable() && Cpu().avx512_vbmi && Cpu().gfni && !Cpu().intel) { EXPECT_EQ(bf16_decodes, 2); }
 }
 
 // The bf16 GEMM's FP8 panels decode every code exactly: one-hot tokens (token t is 1 at
@@ -1099,6 +1099,74 @@ TEST(Bf16ActivationsTest, Fp8PanelsDecodeEveryCodeExactly) {
     for (int64_t r = 0; r < rows; ++r)
       ASSERT_EQ(y[static_cast<size_t>(t * rows + r)], m.exact[static_cast<size_t>(r * cols + t)])
           << "code 0x" << std::hex << int(m.data[static_cast<size_t>(r * cols + t)]) << std::dec << " r=" << r << " t=" << t;
+}
+
+// The bf16-activation FP8 decode kernel reads every code as documented (linear.h,
+// Fp8GemvGfni): one-hot tokens pick out single weights, so y[r] must be W[r][t] (value x
+// block scale) to the bit. Byte-table lookups: every code exact (but NaN, left out: a
+// one-hot row's 0 x NaN is NaN). GFNI bit moves: every
+// normal code exact, the subnormal ones (exponent 0) and the zeros read 0, the NaN codes
+// +-480. And activations far from 1 keep their products normal (PackGemvBf16Avx512's shift):
+// a one-hot 2^100 or 2^-100 gives 2^+-100 x the weight, for every code both ways read
+// exactly. Both ways agree to the bit on weights without subnormal codes.
+TEST(Bf16ActivationsTest, Fp8DecodeKernelReadsEveryCode) {
+  if (!Bf16GemmAvailable() || !Cpu().avx512_vbmi || !Cpu().gfni)
+    GTEST_SKIP() << "the bf16 FP8 decode kernel needs AVX-512 BF16, VBMI and GFNI (or M2_KERNELS forces another family): "
+                 << Cpu().Describe();
+  std::mt19937 rng(41);
+  const int64_t rows = 21, cols = 256;
+  Weight m = Make({WeightFormat::kFp8Block, rows, cols}, rng);
+  const auto code = [&](int64_t r, int64_t j) { return m.data[static_cast<size_t>(r * cols + j)]; };
+  ASSERT_TRUE(GemvBf16Supports(m.w, true));
+  std::vector<float> x(static_cast<size_t>(cols)), y(static_cast<size_t>(rows));
+  std::vector<uint16_t> xb(x.size());
+  int checked[2] = {0, 0};
+  for (int gfni = 0; gfni < 2; ++gfni) {
+    SetFp8GemvGfniForTesting(gfni);
+    // The table's NaN codes are NaN, and 0 x NaN in a one-hot row too: codes 0x7e / 0xfe
+    // for them there.
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < cols; ++j) {
+        const auto q = static_cast<uint8_t>((r * 37 + j) & 0xff);
+        m.data[static_cast<size_t>(r * cols + j)] = !gfni && (q & 0x7f) == 0x7f ? q ^ 1 : q;
+      }
+    for (const float one : {1.0f, std::ldexp(1.0f, 100), std::ldexp(1.0f, -100)}) {
+      for (int64_t t = 0; t < cols; ++t) {
+        std::fill(x.begin(), x.end(), 0.0f);
+        x[static_cast<size_t>(t)] = one;
+        const int shift = PackGemvBf16Avx512(x.data(), 1, cols, /*fp8_order=*/true, xb.data());
+        ASSERT_TRUE(GemvRowsBf16Avx512(m.w, xb.data(), shift, 1, y.data(), 0, rows));
+        for (int64_t r = 0; r < rows; ++r) {
+          const uint8_t q = code(r, t);
+          const float scale = m.fp8_scale[static_cast<size_t>(t / 128)];
+          const bool nan = (q & 0x7f) == 0x7f, subnormal_or_zero = (q & 0x78) == 0;
+          float want = (nan ? ((q & 0x80) ? -480.0f : 480.0f) : Fp8E4M3ToF32(q)) * scale * one;
+          if (gfni && subnormal_or_zero) want = 0.0f;
+          ASSERT_EQ(y[static_cast<size_t>(r)], want) << (gfni ? "GFNI" : "table") << " code 0x" << std::hex << int(q)
+                                                     << std::dec << " r=" << r << " t=" << t << " x=" << one;
+          ++checked[gfni];
+        }
+      }
+    }
+  }
+  SetFp8GemvGfniForTesting(-1);
+  EXPECT_EQ(checked[0], 3 * rows * cols);
+  EXPECT_EQ(checked[1], 3 * rows * cols);
+
+  // Random activations, codes without exponent 0 (or NaN): the two ways give the same bits.
+  for (auto& q : m.data) {
+    if ((q & 0x78) == 0) q |= 0x08;
+    if ((q & 0x7f) == 0x7f) q ^= 1;  // no NaN either
+  }
+  for (auto& v : x) v = std::normal_distribution<float>(0.0f, 3.0f)(rng);
+  std::vector<float> by_table(y.size());
+  for (int gfni = 0; gfni < 2; ++gfni) {
+    SetFp8GemvGfniForTesting(gfni);
+    const int shift = PackGemvBf16Avx512(x.data(), 1, cols, true, xb.data());
+    ASSERT_TRUE(GemvRowsBf16Avx512(m.w, xb.data(), shift, 1, gfni ? y.data() : by_table.data(), 0, rows));
+  }
+  SetFp8GemvGfniForTesting(-1);
+  EXPECT_EQ(y, by_table);
 }
 
 // The tile unit's GEMM (AMX, linear_bf16_amx.cpp) and the vector one (AVX-512 BF16) take
@@ -1144,9 +1212,9 @@ TEST(Bf16ActivationsTest, AmxAgreesWithTheVectorGemm) {
 
 // Rows of normal FP8 codes only, and rows whose 64-code lines each hold one zero or
 // subnormal code among normal ones, through the decode path (8 one-hot tokens at a time: the
-// bf16 decode kernel where the CPU runs it) and the prefill GEMM (256 one-hot tokens; the
-// tile unit where the CPU has one): every weight comes out exactly (value x block scale, to
-// the bit).
+// bf16 decode kernel where the CPU runs it, with its table lookups) and the prefill GEMM (256
+// one-hot tokens; the tile unit where the CPU has one): every weight comes out exactly (value
+// x block scale, to the bit); the decode kernel's GFNI moves the same, the subnormal codes 0.
 TEST(Bf16ActivationsTest, Fp8WeightsComeOutExactlyInDecodeAndPrefill) {
   if (!Bf16GemmAvailable()) GTEST_SKIP() << "no AVX-512 BF16 (or M2_KERNELS forces another family)";
   std::mt19937 rng(43);
@@ -1169,11 +1237,29 @@ TEST(Bf16ActivationsTest, Fp8WeightsComeOutExactlyInDecodeAndPrefill) {
             << "code 0x" << std::hex << int(m.data[static_cast<size_t>(r * cols + c0 + t)]) << std::dec << " r=" << r
             << " column " << c0 + t << " of " << n << " tokens";
   };
+  // Decode: the bf16 kernel's FP8 table lookups (and the exact kernels where it does not run).
+  SetFp8GemvGfniForTesting(0);
   for (int64_t c0 = 0; c0 < cols; c0 += 8) {
     std::vector<float> x(static_cast<size_t>(8 * cols), 0.0f), y(static_cast<size_t>(8 * rows));
     for (int64_t t = 0; t < 8; ++t) x[static_cast<size_t>(t * cols + c0 + t)] = 1.0f;
     Linear(m.w, x.data(), 8, y.data());
     check(c0, 8, y);
+  }
+  SetFp8GemvGfniForTesting(-1);
+  // Its GFNI bit moves, where the CPU has them: the same but for the subnormal codes, which
+  // read 0 (Fp8GemvGfni, linear.h).
+  if (UsesBf16Gemv(m.w, 8) && Fp8GemvGfni()) {
+    for (int64_t c0 = 0; c0 < cols; c0 += 8) {
+      std::vector<float> x(static_cast<size_t>(8 * cols), 0.0f), y(static_cast<size_t>(8 * rows));
+      for (int64_t t = 0; t < 8; ++t) x[static_cast<size_t>(t * cols + c0 + t)] = 1.0f;
+      Linear(m.w, x.data(), 8, y.data());
+      for (int64_t t = 0; t < 8; ++t)
+        for (int64_t r = 0; r < rows; ++r) {
+          const size_t i = static_cast<size_t>(r * cols + c0 + t);
+          ASSERT_EQ(y[static_cast<size_t>(t * rows + r)], (m.data[i] & 0x78) == 0 ? 0.0f : m.exact[i])
+              << "GFNI: code 0x" << std::hex << int(m.data[i]) << std::dec << " r=" << r << " column " << c0 + t;
+        }
+    }
   }
   std::vector<float> x(static_cast<size_t>(cols * cols), 0.0f), y(static_cast<size_t>(cols * rows));
   for (int64_t t = 0; t < cols; ++t) x[static_cast<size_t>(t * cols + t)] = 1.0f;
