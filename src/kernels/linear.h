@@ -90,9 +90,9 @@ bool Fp8GemvEightRows();
 // start) follows M2_FP8_DECODE, or the moves where that is unset.
 bool Fp8GemvGfni();
 void SetFp8GemvGfniForTesting(int mode);
-// Whether the one-token bf16 GEMV takes more rows a pass (Intel: 6 with AVX-512, 8 with
-// AVX2) rather than 4: more streams in flight from memory. The same bits either way (each
-// row has its own chain of sums). SetBf16GemvWideRowsForTesting: 1 forces the wide passes
+// Whether the one-token bf16 GEMV takes more rows a pass (Intel: 6) rather than 4: more
+// streams in flight from memory. The same bits either way (each row has its own two chains
+// of sums). SetBf16GemvWideRowsForTesting: 1 forces the wide passes
 // on any CPU, 0 forbids them, -1 (the start) follows the CPU.
 bool Bf16GemvWideRows();
 void SetBf16GemvWideRowsForTesting(int mode);
