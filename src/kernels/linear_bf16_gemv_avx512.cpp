@@ -58,10 +58,11 @@ constexpr int kFarPasses = 2;
 // of its block's scale, under 1 in 28,000 of the block's largest) becomes a bf16 subnormal,
 // which vdpbf16ps reads as zero: it drops out of the sum. Zeros stay zeros; the two NaN
 // codes read as +-480, as in the exact FP8 kernel (linear_simd.inc). Why: the lookups are
-// the kernel's most expensive operations; one row a pass over 1.5 MiB (in L2), one thread
-// of the Zen 5 VM, took 50-64 GB/s with them and 80-94 with the GFNI moves (a standalone
-// loop taking turns, five runs), and the kernel is no longer what holds a decode step
-// below the memory's speed (figures at Fp8GemvGfni, linear.h).
+// the kernel's most expensive operations. One row a pass over 512 KiB (in L2), one thread of
+// the Zen 5 VM, the kernel itself taking turns: 61-65 GB/s with the lookups, 81-90 with the
+// GFNI moves, where a thread reads about 40 GB/s from memory in the fast minutes. (Until
+// this change both ran at 38-39: a division per block to find its scale, now a pointer per
+// row, had cost half the speed.)
 // Exactness: in the Gaussian FP8 codes of make-bench-model (rms 100 of 448) 1 code in
 // 8,000 has exponent 0; each dropped one moves its row's sum by at most 2^-6 x 7/8 of its
 // block scale x |x|, against the activations' bf16 rounding of up to 2^-9 relative on
@@ -121,16 +122,23 @@ __attribute__((target("avx512vbmi,gfni"))) void GemvFp8(const LinearWeight& w, c
   int64_t r = r0;
   for (; r + R <= r1; r += R) {
     const uint8_t* row[R];
-    for (int i = 0; i < R; ++i) row[i] = static_cast<const uint8_t*>(w.data) + (r + i) * K;
+    const float* row_scales[R];  // each row's block scales: no division in the loop (see Fp8Decode)
+    for (int i = 0; i < R; ++i) {
+      row[i] = static_cast<const uint8_t*>(w.data) + (r + i) * K;
+      row_scales[i] = scales + (r + i) / w.block_rows * scale_cols;
+    }
     const int64_t far = kFarPasses * R * K;
     __m512 tot[R][T];
     for (int i = 0; i < R; ++i)
       for (int t = 0; t < T; ++t) tot[i][t] = _mm512_setzero_ps();
-    for (int64_t k0 = 0; k0 < K; k0 += bc) {
+    for (int64_t k0 = 0, block = 0; k0 < K; k0 += bc, ++block) {
       const int64_t end = std::min(K, k0 + bc);
-      __m512 acc[R][T];
-      for (int i = 0; i < R; ++i)
+      // One token: two chains of sums per row (a line's two halves), added at the block's end.
+      __m512 acc[R][T], acc2[R];
+      for (int i = 0; i < R; ++i) {
+        acc2[i] = _mm512_setzero_ps();
         for (int t = 0; t < T; ++t) acc[i][t] = _mm512_setzero_ps();
+      }
       for (int64_t k = k0; k < end; k += 64) {
         __m512bh x0[T], x1[T];
         for (int t = 0; t < T; ++t) {
@@ -146,11 +154,17 @@ __attribute__((target("avx512vbmi,gfni"))) void GemvFp8(const LinearWeight& w, c
           }
           __m512bh w0, w1;
           DecodeFp8Line<kGfni>(d, _mm512_loadu_si512(row[i] + k), w0, w1);
-          for (int t = 0; t < T; ++t) acc[i][t] = _mm512_dpbf16_ps(_mm512_dpbf16_ps(acc[i][t], w0, x0[t]), w1, x1[t]);
+          if constexpr (T == 1) {
+            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], w0, x0[0]);
+            acc2[i] = _mm512_dpbf16_ps(acc2[i], w1, x1[0]);
+          } else {
+            for (int t = 0; t < T; ++t) acc[i][t] = _mm512_dpbf16_ps(_mm512_dpbf16_ps(acc[i][t], w0, x0[t]), w1, x1[t]);
+          }
         }
       }
       for (int i = 0; i < R; ++i) {
-        const __m512 s = _mm512_set1_ps(scales[(r + i) / w.block_rows * scale_cols + k0 / bc]);
+        if constexpr (T == 1) acc[i][0] = _mm512_add_ps(acc[i][0], acc2[i]);
+        const __m512 s = _mm512_set1_ps(row_scales[i][block]);
         for (int t = 0; t < T; ++t) tot[i][t] = _mm512_fmadd_ps(acc[i][t], s, tot[i][t]);
       }
     }
