@@ -40,7 +40,8 @@ constexpr const Fp8Bf16Tables& kFp8Tables = kFp8Bf16Tables;
 // "fp8-block, bf16"` (Zen 5 VM, 2 threads, the two taking turns in one process, five runs):
 // 78-81% of the read in the minutes it read 76-88 GB/s against 72-76% with L1 1 KiB + L2
 // two rows ahead, 94-96% against 87-91% at 51-53 GB/s. (Two accumulator chains per row
-// instead of one: level, in L2 and from memory.)
+// instead of one were level then, while a division per block bound the kernel; one token
+// now sums in two, see GemvFp8.)
 constexpr int64_t kNear = 1024;
 constexpr int kFarPasses = 2;
 
@@ -60,7 +61,7 @@ constexpr int kFarPasses = 2;
 // codes read as +-480, as in the exact FP8 kernel (linear_simd.inc). Why: the lookups are
 // the kernel's most expensive operations. One row a pass over 512 KiB (in L2), one thread of
 // the Zen 5 VM, the kernel itself taking turns: 61-65 GB/s with the lookups, 81-90 with the
-// GFNI moves, where a thread reads about 40 GB/s from memory in the fast minutes. (Until
+// GFNI moves, where a thread reads 40-45 GB/s from memory in the fast minutes. (Until
 // this change both ran at 38-39: a division per block to find its scale, now a pointer per
 // row, had cost half the speed.)
 // Exactness: in the Gaussian FP8 codes of make-bench-model (rms 100 of 448) 1 code in
