@@ -539,11 +539,15 @@ int DecodeEnvSetting(Result<int> (*resolve)(const char*), const char* var) {
   M2_CHECK(r.ok(), "{}", r.status().message());
   return *r;
 }
+// A decode setting as a test forces it (1 or 0), else as the environment says (-1: unset).
+int DecodeSetting(const std::atomic<int>& for_testing, int env) {
+  const int mode = for_testing.load(std::memory_order_relaxed);
+  return mode < 0 ? env : mode;
+}
 }  // namespace
 bool DecodeOneRow() {
   static const int env = DecodeEnvSetting(ResolveDecodeRows, "M2_DECODE_ROWS");
-  int mode = g_decode_one_row_for_testing.load(std::memory_order_relaxed);
-  if (mode < 0) mode = env;
+  const int mode = DecodeSetting(g_decode_one_row_for_testing, env);
   return mode < 0 ? Cpu().amd && Cpu().family >= 0x1a : mode == 1;
 }
 void SetDecodeOneRowForTesting(int mode) { g_decode_one_row_for_testing.store(mode, std::memory_order_relaxed); }
@@ -557,8 +561,7 @@ std::atomic<int> g_row_prefetch_for_testing{-1};
 }  // namespace
 RowPrefetch DecodeRowPrefetch() {
   static const int env = DecodeEnvSetting(ResolveDecodePrefetch, "M2_DECODE_PREFETCH");
-  int mode = g_row_prefetch_for_testing.load(std::memory_order_relaxed);
-  if (mode < 0) mode = env;
+  const int mode = DecodeSetting(g_row_prefetch_for_testing, env);
   const bool stream = mode < 0 ? DecodeOneRow() : mode == 1;
   return stream ? RowPrefetch::kL2Stream : RowPrefetch::kNearAndFar;
 }
@@ -568,8 +571,7 @@ std::atomic<int> g_fp8_gfni_for_testing{-1};
 }  // namespace
 bool Fp8GemvGfni() {
   static const int env = DecodeEnvSetting(ResolveFp8Decode, "M2_FP8_DECODE");
-  int mode = g_fp8_gfni_for_testing.load(std::memory_order_relaxed);
-  if (mode < 0) mode = env;
+  const int mode = DecodeSetting(g_fp8_gfni_for_testing, env);
   return mode != 0 && Cpu().gfni;
 }
 void SetFp8GemvGfniForTesting(int mode) { g_fp8_gfni_for_testing.store(mode, std::memory_order_relaxed); }
