@@ -51,6 +51,7 @@
 #include <tuple>
 #include <vector>
 
+#include "bench_args.h"
 #include "base/cpu.h"
 #include "base/dtype.h"
 #include "base/huge_buffer.h"
@@ -822,6 +823,13 @@ int TurnsMode(int64_t total, const std::string& only, int64_t tokens, int64_t ro
                  static_cast<long long>(tokens));
     return 2;
   }
+  if (!only.empty() && std::none_of(cases.begin(), cases.end(), [&](const Case& c) {
+        return std::string(c.name).find(only) != std::string::npos;
+      })) {
+    std::fprintf(stderr, "gemv_bench --turns MiB NAME: no case's name contains '%s'; the cases here:\n", only.c_str());
+    for (const Case& c : cases) std::fprintf(stderr, "  %s\n", c.name);
+    return 2;
+  }
   std::printf("%d threads, %s kernels, %lld MiB per format, %lld token(s); each turn: read, kernel x 3, read (ratios: "
               "kernel / mean of the two reads)\n",
               pool.size(), m2::ActiveKernelsName(), static_cast<long long>(total >> 20), static_cast<long long>(tokens));
@@ -1011,29 +1019,92 @@ int MoeMode(const std::string& name) {
   return 0;
 }
 
+namespace {
+
+constexpr char kUsage[] =
+    "Usage: gemv_bench [MiB]                decode GEMV per format (one thread) and prefill GEMM\n"
+    "       gemv_bench --batch [MiB]        batched decode, all threads\n"
+    "       gemv_bench --int8 [MiB]         q8 / q4: fp32 against int8 activations\n"
+    "       gemv_bench --gemm [MiB [fp8-block|q8|q4]]   prefill GEMMs, every activation kind\n"
+    "       gemv_bench --gemm-fp8 [MiB]     the same for FP8 weights only\n"
+    "       gemv_bench --turns [MiB [NAME [TOKENS [ROWS]]]]   decode kernels against a read of\n"
+    "                                       the same bytes, taking turns, all threads\n"
+    "       gemv_bench --bf16 [MiB]         bf16 / FP8 decode: exact against bf16 activations\n"
+    "       gemv_bench --read [MiB]         the read probe's patterns\n"
+    "       gemv_bench --overlap [MiB]      a streaming read with 0-32 FMAs per 64 bytes\n"
+    "       gemv_bench --moe [q4|q8|fp8-block]   MoE decode steps over M2's 256 experts\n"
+    "       gemv_bench --attention          decode attention over 1k-32k cached positions\n"
+    "       gemv_bench --small              the bundled model's small matrices at 1-9 tokens\n"
+    "MiB: the memory each set of matrices takes (whole number, at least 1; above the\n"
+    "last-level cache for figures from memory). The comment at the top of\n"
+    "bench/gemv_bench.cpp says what each mode prints.\n";
+
+// argv[i] as a whole number in [lo, hi], `fallback` where it is absent; false (after an error
+// naming the argument, and the usage) where it is not such a number.
+bool NumberArg(int argc, char** argv, int i, const char* what, int64_t lo, int64_t hi, int64_t fallback, int64_t* out) {
+  long long v = fallback;
+  if (i < argc && !m2::bench::ParseWhole("gemv_bench", what, argv[i], lo, hi, &v)) {
+    std::fputs(kUsage, stderr);
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+// More arguments than the mode takes are an error too, never ignored.
+bool AtMost(int argc, int n, const char* mode) {
+  if (argc <= n) return true;
+  std::fprintf(stderr, "gemv_bench %s: takes at most %d argument(s) in all, got %d\n%s", mode, n - 1, argc - 1, kUsage);
+  return false;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  if (argc > 1 && std::strcmp(argv[1], "--turns") == 0)  // --turns [MiB [FILTER [TOKENS [ROWS]]]]
-    return TurnsMode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20, argc > 3 ? argv[3] : "", argc > 4 ? std::atoll(argv[4]) : 1,
-                     argc > 5 ? std::atoll(argv[5]) : 0);
-  if (argc > 1 && std::strcmp(argv[1], "--moe") == 0) return MoeMode(argc > 2 ? argv[2] : "");
-  if (argc > 1 && std::strcmp(argv[1], "--attention") == 0) return AttentionMode();
-  if (argc > 1 && std::strcmp(argv[1], "--small") == 0) return SmallMode();
-  if (argc > 1 && std::strcmp(argv[1], "--bf16") == 0) return Bf16Mode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
-  if (argc > 1 && std::strcmp(argv[1], "--overlap") == 0) return OverlapMode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
-  if (argc > 1 && std::strcmp(argv[1], "--read") == 0) return ReadMode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
-  if (argc > 1 && std::strcmp(argv[1], "--batch") == 0) return BatchMode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
-  if (argc > 1 && std::strcmp(argv[1], "--gemm") == 0) {  // --gemm [MiB [fp8-block|q8|q4]]
+  constexpr int64_t kMaxMib = int64_t{1} << 20;  // 1 TiB: any more is a typo
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "--help" || mode == "-h") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  int64_t mib = 0;
+  if (mode == "--turns") {  // --turns [MiB [FILTER [TOKENS [ROWS]]]]
+    int64_t tokens = 0, rows = 0;
+    if (!AtMost(argc, 6, "--turns") || !NumberArg(argc, argv, 2, "MiB", 1, kMaxMib, 1024, &mib) ||
+        !NumberArg(argc, argv, 4, "TOKENS", 1, 8, 1, &tokens) || !NumberArg(argc, argv, 5, "ROWS", 0, 1 << 20, 0, &rows))
+      return 2;
+    return TurnsMode(mib << 20, argc > 3 ? argv[3] : "", tokens, rows);
+  }
+  if (mode == "--moe") return AtMost(argc, 3, "--moe") ? MoeMode(argc > 2 ? argv[2] : "") : 2;
+  if (mode == "--attention") return AtMost(argc, 2, "--attention") ? AttentionMode() : 2;
+  if (mode == "--small") return AtMost(argc, 2, "--small") ? SmallMode() : 2;
+  if (mode == "--gemm") {  // --gemm [MiB [fp8-block|q8|q4]]
+    if (!AtMost(argc, 4, "--gemm") || !NumberArg(argc, argv, 2, "MiB", 1, kMaxMib, 512, &mib)) return 2;
     const std::string only = argc > 3 ? argv[3] : "";
     if (!only.empty() && only != "fp8-block" && only != "q8" && only != "q4") {
       std::fprintf(stderr, "gemv_bench --gemm MiB FORMAT: FORMAT is fp8-block, q8 or q4, not '%s'\n", only.c_str());
       return 2;
     }
-    return GemmMode((argc > 2 ? std::atoll(argv[2]) : 512) << 20, only);
+    return GemmMode(mib << 20, only);
   }
-  if (argc > 1 && std::strcmp(argv[1], "--gemm-fp8") == 0)
-    return GemmMode((argc > 2 ? std::atoll(argv[2]) : 512) << 20, "fp8-block");
-  if (argc > 1 && std::strcmp(argv[1], "--int8") == 0) return Int8Mode((argc > 2 ? std::atoll(argv[2]) : 1024) << 20);
-  const int64_t mib = argc > 1 ? std::atoll(argv[1]) : 512;
+  if (mode == "--gemm-fp8") {
+    if (!AtMost(argc, 3, "--gemm-fp8") || !NumberArg(argc, argv, 2, "MiB", 1, kMaxMib, 512, &mib)) return 2;
+    return GemmMode(mib << 20, "fp8-block");
+  }
+  using ModeFn = int (*)(int64_t);
+  const std::pair<const char*, ModeFn> one_size_modes[] = {{"--bf16", Bf16Mode},   {"--overlap", OverlapMode},
+                                                           {"--read", ReadMode},   {"--batch", BatchMode},
+                                                           {"--int8", Int8Mode}};
+  for (const auto& [name, fn] : one_size_modes) {
+    if (mode != name) continue;
+    if (!AtMost(argc, 3, name) || !NumberArg(argc, argv, 2, "MiB", 1, kMaxMib, 1024, &mib)) return 2;
+    return fn(mib << 20);
+  }
+  if (mode.starts_with("-")) {
+    std::fprintf(stderr, "gemv_bench: unknown mode '%s'\n%s", mode.c_str(), kUsage);
+    return 2;
+  }
+  if (!AtMost(argc, 2, "[MiB]") || !NumberArg(argc, argv, 1, "MiB", 1, kMaxMib, 512, &mib)) return 2;
   const int64_t total = mib << 20;
   const bool avx512 = m2::ActiveIsa() == m2::KernelIsa::kAvx512;
   std::printf("one thread, %s kernels, %lld MiB per format\n", avx512 ? "avx512" : "avx2",

@@ -21,6 +21,7 @@
 #include <cstdlib>
 
 #include "base/thread_pool.h"
+#include "bench_args.h"
 
 namespace {
 
@@ -38,13 +39,13 @@ void Spin(double us) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int seconds = argc > 1 ? std::atoi(argv[1]) : 10;
-  const int threads = argc > 2 ? std::atoi(argv[2]) : 0;
-  if (seconds < 1 || threads < 0 || threads == 1) {
+  long long seconds = 10, threads = 0;
+  if (argc > 3 || (argc > 1 && !m2::bench::ParseWhole("pool_bench", "SECONDS", argv[1], 1, 86400, &seconds)) ||
+      (argc > 2 && !m2::bench::ParseWhole("pool_bench", "THREADS", argv[2], 0, 4096, &threads)) || threads == 1) {
     std::fprintf(stderr, "usage: pool_bench [SECONDS (1 or more) [THREADS (0: one per core, else 2 or more)]]\n");
     return 2;
   }
-  m2::ThreadPool pool(threads);
+  m2::ThreadPool pool(static_cast<int>(threads));
   if (pool.size() < 2) {
     std::fprintf(stderr, "pool_bench: this machine offers one core; nothing to compare\n");
     return 2;

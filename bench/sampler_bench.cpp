@@ -18,6 +18,7 @@
 #include <random>
 #include <vector>
 
+#include "bench_args.h"
 #include "runtime/sampler.h"
 
 namespace {
@@ -77,7 +78,11 @@ Micros MicrosPerSample(const SamplingParams& p, const std::vector<std::vector<fl
 }  // namespace
 
 int main(int argc, char** argv) {
-  const double seconds = argc > 1 ? std::atof(argv[1]) : 1.0;
+  double seconds = 1.0;
+  if (argc > 2 || (argc > 1 && !m2::bench::ParseDecimal("sampler_bench", "SECONDS", argv[1], 0.01, 3600, &seconds))) {
+    std::fprintf(stderr, "usage: sampler_bench [SECONDS per setting (0.01 to 3600), default 1]\n");
+    return 2;
+  }
   const auto model = MakeRows(true, 1), flat = MakeRows(false, 2);
   struct Setting {
     const char* name;

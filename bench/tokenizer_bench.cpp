@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/mapped_file.h"
+#include "bench_args.h"
 #include "text/tokenizer.h"
 
 namespace {
@@ -37,7 +38,7 @@ int main(int argc, char** argv) {
     if ((a == "-t" || a == "--tokenizer") && i + 1 < argc) {
       tokenizer_path = argv[++i];
     } else if (a == "--min-seconds" && i + 1 < argc) {
-      min_seconds = std::atof(argv[++i]);
+      if (!m2::bench::ParseDecimal("tokenizer_bench", "--min-seconds", argv[++i], 0.01, 3600, &min_seconds)) return 2;
     } else if (a.find('=') != std::string::npos) {
       std::string name = a.substr(0, a.find('='));
       std::string list = a.substr(a.find('=') + 1);
