@@ -809,6 +809,7 @@ int TurnsMode(int64_t total, const std::string& only, int64_t tokens, int64_t ro
       {m2::WeightFormat::kQ8, 1536, 3072, m2::ActivationMode::kInt16Decode, "q8, int16 decode"},
       {m2::WeightFormat::kQ8, 1536, 3072, m2::ActivationMode::kInt8Decode, "q8, int8 decode"},
       {m2::WeightFormat::kQ8, 8192, 3072, m2::ActivationMode::kExact, "q8 8192 x 3072 (a q8 lm_head), exact"},
+      {m2::WeightFormat::kQ8, 8192, 3072, m2::ActivationMode::kInt16Decode, "q8 8192 x 3072 (a q8 lm_head), int16 decode"},
       {m2::WeightFormat::kQ4, 1536, 3072, int8 ? m2::ActivationMode::kInt8DecodeInt8Prefill : m2::ActivationMode::kExact,
        int8 ? "q4, int8 decode" : "q4, exact"}};
   if (bf16_decode)  // what `auto` gives FP8 here, besides the exact kernel (--activations exact)
