@@ -95,6 +95,7 @@ int Run(const PerplexityOptions& o) {
                                 {"stride", p.stride},
                                 {"activations", o.activations},
                                 {"attention", AttentionName((*model)->attention_math(), *kv_dtype)},
+                                {"kv_dtype", o.kv_dtype},
                                 {"evaluated_tokens", r->evaluated_tokens},
                                 {"seconds", r->seconds},
                                 {"tokens_per_second", r->tokens_per_second()}};

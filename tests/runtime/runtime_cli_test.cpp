@@ -506,6 +506,7 @@ TEST_F(RuntimeCli, Q8KvCacheAgainstTheExactCache) {
   auto run = M2("perplexity -m " + model + " --kv-dtype q8 --reference " + model + common);
   ASSERT_EQ(run.code, 0) << run.err;
   auto j = nlohmann::json::parse(run.out);
+  EXPECT_EQ(j["kv_dtype"], "q8");
   const double kl = j["reference"]["mean_kl"].get<double>();
   EXPECT_GT(kl, 0.0);
   EXPECT_LT(kl, 0.01);
