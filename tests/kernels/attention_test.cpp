@@ -220,13 +220,12 @@ TEST(AttentionKernels, Bf16ProductsMatchARoundedReference) {
   if (!AttentionBf16Available()) GTEST_SKIP() << "this CPU (or the chosen kernels) has no AVX-512 BF16";
   std::mt19937 rng(13);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  const KvDtype dtype = KvDtype::kBf16;
   double worst = 0;
   for (int64_t D : {32, 64, 128})
     for (int64_t group : {1, 5, 6, 8, 13, 16})
       for (int64_t bt : {16, 64, 256})
         for (int64_t len : {1, 2, 17, 64, 201, 333}) {
-          const Arena a(D, bt, len, 2, 1, dtype, rng);
+          const Arena a(D, bt, len, 2, 1, KvDtype::kBf16, rng);
           std::vector<float> q(group * D), scratch(group * len), got(group * D, NAN);
           for (auto& f : q) f = 2.0f * nd(rng);
           const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -234,10 +233,9 @@ TEST(AttentionKernels, Bf16ProductsMatchARoundedReference) {
                         AttentionMath::kBf16);
           std::vector<float> kr(len * D), vr(len * D);
           for (int64_t j = 0; j < len; ++j) {
-            const int64_t off = (a.ids[j / bt] * a.view.block_stride + a.view.head_offset + (j % bt) * a.row) *
-                                KvDtypeBytes(dtype);
-            LoadKv(a.k.data() + off, D, dtype, kr.data() + j * D);
-            LoadKv(a.v.data() + off, D, dtype, vr.data() + j * D);
+            const int64_t off = a.ids[j / bt] * a.view.block_stride + a.view.head_offset + (j % bt) * D;
+            LoadKv(a.k.data() + 2 * off, D, KvDtype::kBf16, kr.data() + j * D);
+            LoadKv(a.v.data() + 2 * off, D, KvDtype::kBf16, vr.data() + j * D);
           }
           for (int64_t h = 0; h < group; ++h) {
             std::vector<double> s(len);
@@ -265,9 +263,8 @@ TEST(AttentionKernels, Bf16ProductsMatchARoundedReference) {
                 allow += flip[j] * std::fabs(vr[j * D + d]);
               }
               worst = std::max(worst, std::fabs(got[h * D + d] - want) - (allow - 1e-4));
-              ASSERT_NEAR(got[h * D + d], want, allow) << KvDtypeName(dtype) << ": D " << D << " group " << group
-                                                      << " block " << bt << " length " << len << " head " << h
-                                                      << " element " << d;
+              ASSERT_NEAR(got[h * D + d], want, allow) << "D " << D << " group " << group << " block " << bt
+                                                         << " length " << len << " head " << h << " element " << d;
             }
           }
         }
